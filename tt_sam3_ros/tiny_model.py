@@ -1,0 +1,124 @@
+"""A tiny, seeded, random SAM 3 built from the real architecture code.
+
+Its outputs are meaningless; it exists so that every layer of the project (weights
+loading, engines, post-processing, the node, the CLI) can run end to end offline,
+in tests and in ``--model tiny-random``, on the exact classes the real model uses.
+Only the widths and depths shrink: the input stays 1008x1008 (72x72 patches,
+24x24 windows) and the masks 288x288, so every shape outside the model is real.
+
+The tokenizer is the real CLIP BPE (49408 tokens), rebuilt from the vocabulary file
+that the open-clip-torch package ships, so no download is needed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import CLIPTokenizer, Sam3Config, Sam3Model
+
+#: The name users pass (``--model tiny-random``, ``model_id:=tiny-random``).
+TINY_MODEL_ID = "tiny-random"
+#: Meta's text context; prompts are padded to it.
+TEXT_CONTEXT = 32
+_BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
+_BPE_MERGES = 49152 - 256 - 2
+
+
+def tiny_sam3_config() -> Sam3Config:
+    """SAM 3's architecture at width 32 with one or two layers per stage (1.9M parameters)."""
+    from transformers import Sam3Config
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
+    return Sam3Config(
+        vision_config={
+            "backbone_config": {**small, "num_hidden_layers": 2, "global_attn_indexes": [1]},
+            "fpn_hidden_size": 32,
+        },
+        text_config={**small, "num_hidden_layers": 2, "projection_dim": 32},
+        geometry_encoder_config={**small, "num_layers": 1},
+        detr_encoder_config={**small, "num_layers": 1},
+        detr_decoder_config={**small, "num_layers": 2, "num_queries": 20},
+        mask_decoder_config={"hidden_size": 32, "num_attention_heads": 2},
+    )
+
+
+def build_tiny_sam3(seed: int = 0) -> Sam3Model:
+    """The tiny model with weights drawn from ``seed``: the same seed gives the same weights."""
+    import torch
+    from transformers import Sam3Model
+
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = Sam3Model(tiny_sam3_config())
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model.eval()
+
+
+def _bpe_vocabulary_path() -> Path:
+    """The CLIP BPE merges file inside open-clip-torch, found without importing it."""
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the tiny-random model needs the CLIP vocabulary from open-clip-torch: "
+            "pip install open-clip-torch==3.3.0"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / _BPE_FILE
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2/CLIP byte-level alphabet: each byte as a printable character, in CLIP's order."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return [chr(c) for c in chars]
+
+
+@lru_cache(maxsize=1)
+def clip_vocabulary() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """CLIP's token table and merge list, rebuilt as OpenAI's tokenizer builds them."""
+    with gzip.open(_bpe_vocabulary_path(), "rt", encoding="utf-8") as bpe:
+        lines = bpe.read().split("\n")
+    merges = [tuple(line.split()) for line in lines[1 : _BPE_MERGES + 1]]
+    alphabet = _byte_alphabet()
+    tokens = [*alphabet, *(c + "</w>" for c in alphabet), *("".join(m) for m in merges)]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    return {token: index for index, token in enumerate(tokens)}, merges
+
+
+def clip_tokenizer() -> CLIPTokenizer:
+    """The real CLIP BPE tokenizer (49408 tokens), as SAM 3's processor uses it."""
+    from transformers import CLIPTokenizer
+
+    vocab, merges = clip_vocabulary()
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=list(merges))
+    tokenizer.model_max_length = TEXT_CONTEXT
+    return tokenizer
+
+
+def save_tiny_sam3(directory: str | Path, seed: int = 0) -> Path:
+    """Write the tiny model in the transformers format (what ``weights_dir`` accepts)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    build_tiny_sam3(seed).save_pretrained(directory)
+    clip_tokenizer().save_pretrained(directory)
+    (directory / "TINY_RANDOM_MODEL.json").write_text(
+        json.dumps({"warning": "random weights: outputs are meaningless", "seed": seed})
+    )
+    return directory
