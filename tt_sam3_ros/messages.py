@@ -1,0 +1,203 @@
+"""Conversions between ROS 2 messages and the arrays the segmenter works on.
+
+Pure functions over message types: nothing here creates a node, so the unit tests
+build messages by hand and check every byte. cv_bridge is deliberately not used:
+the only cv_bridge on PyPI is a broken ROS 1 repack that still imports, and the
+package must run where no ROS 2 cv_bridge exists (DESIGN.md, section 3).
+
+Images in: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) and
+sensor_msgs/CompressedImage (JPEG, PNG) become uint8 (height, width, 3) RGB arrays.
+An rgb8 message comes back as a numpy view over the message's own buffer (no copy),
+row padding included; the other encodings need one pass to reorder or widen channels.
+
+Results out: Detection2DArray, the mono8 instance mask, LabelInfo and the rgb8 overlay,
+every one stamped with the input image's header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+from vision_msgs.msg import (
+    BoundingBox2D,
+    Detection2D,
+    Detection2DArray,
+    LabelInfo,
+    ObjectHypothesisWithPose,
+    VisionClass,
+)
+
+from tt_sam3_ros.results import MAX_LABELLED_INSTANCES, SegmentationResult
+
+#: Encodings accepted on the raw image topic, with their channel counts.
+SUPPORTED_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+
+#: Encodings users commonly send that this node cannot take, with why.
+_REJECTED_WHY: dict[str, str] = {
+    "mono16": "16-bit depth or IR images carry no colour for SAM 3",
+    "16uc1": "16-bit depth images carry no colour for SAM 3",
+    "32fc1": "float depth images carry no colour for SAM 3",
+}
+
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def image_to_rgb(msg: Image) -> np.ndarray:
+    """Decode a sensor_msgs/Image into uint8 (height, width, 3) RGB.
+
+    rgb8 returns a read-only view over ``msg.data`` (strided when rows are padded);
+    bgr8, rgba8, bgra8 and mono8 return a new contiguous array. The message must stay
+    alive as long as the view is used; the view keeps a reference to its buffer.
+
+    Raises:
+        ValueError: an unsupported encoding, zero width or height, a step shorter than
+            a row, or a data buffer shorter than ``step * height``. The message says which.
+    """
+    encoding = msg.encoding.strip().lower()
+    channels = SUPPORTED_ENCODINGS.get(encoding)
+    if channels is None:
+        raise ValueError(_unsupported_encoding_reason(msg.encoding))
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if height == 0 or width == 0:
+        raise ValueError(f"empty image: {width}x{height} pixels")
+    row_bytes = width * channels
+    if step < row_bytes:
+        raise ValueError(
+            f"step {step} is shorter than one row of {width} {encoding} pixels ({row_bytes} bytes)"
+        )
+    buffer = np.frombuffer(msg.data, dtype=np.uint8)
+    # The last row needs only its pixels, not its padding; publishers differ on this.
+    needed = step * (height - 1) + row_bytes
+    if buffer.size < needed:
+        raise ValueError(
+            f"truncated image: {buffer.size} bytes of data for {width}x{height} {encoding} "
+            f"with step {step} (needs {needed})"
+        )
+    pixels = np.lib.stride_tricks.as_strided(
+        buffer, shape=(height, width, channels), strides=(step, channels, 1), writeable=False
+    )
+    return _to_rgb(pixels, encoding)
+
+
+def _to_rgb(pixels: np.ndarray, encoding: str) -> np.ndarray:
+    """Reorder or widen (height, width, channels) pixels to RGB; rgb8 stays a view."""
+    if encoding == "rgb8":
+        return pixels
+    if encoding == "bgr8":
+        return np.ascontiguousarray(pixels[:, :, ::-1])
+    if encoding == "rgba8":
+        return np.ascontiguousarray(pixels[:, :, :3])
+    if encoding == "bgra8":
+        return np.ascontiguousarray(pixels[:, :, 2::-1])
+    return np.repeat(pixels, 3, axis=2)  # mono8: grey replicated into R, G and B
+
+
+def _unsupported_encoding_reason(encoding: str) -> str:
+    """Say why ``encoding`` is refused and what is accepted instead."""
+    accepted = ", ".join(SUPPORTED_ENCODINGS)
+    why = _REJECTED_WHY.get(encoding.strip().lower())
+    detail = f" ({why})" if why else ""
+    return f"unsupported image encoding '{encoding}'{detail}; accepted: {accepted}"
+
+
+def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
+    """Decode a JPEG or PNG sensor_msgs/CompressedImage into uint8 (height, width, 3) RGB.
+
+    The payload's own magic bytes decide the codec: the ``format`` field is free text
+    ("jpeg", "bgr8; jpeg compressed bgr8", ...) and is only quoted in errors.
+    compressedDepth payloads (16-bit PNG behind a 12-byte header) are refused.
+
+    Raises:
+        ValueError: a payload that is neither JPEG nor PNG, or one OpenCV cannot decode.
+    """
+    payload = np.frombuffer(msg.data, dtype=np.uint8)
+    head = payload[:8].tobytes()
+    if "compresseddepth" in msg.format.lower():
+        raise ValueError(f"compressedDepth images carry no colour for SAM 3 (format '{msg.format}')")
+    if not (head.startswith(_JPEG_MAGIC) or head.startswith(_PNG_MAGIC)):
+        raise ValueError(
+            f"compressed image is neither JPEG nor PNG (format '{msg.format}', {payload.size} bytes)"
+        )
+    bgr = cv2.imdecode(payload, cv2.IMREAD_COLOR)
+    if bgr is None or bgr.size == 0:
+        raise ValueError(
+            f"corrupt compressed image: OpenCV could not decode {payload.size} bytes ({msg.format})"
+        )
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
+    """Wrap uint8 (height, width, 3) RGB pixels as an rgb8 sensor_msgs/Image with ``header``."""
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"expected uint8 (height, width, 3) RGB, got {rgb.dtype} {rgb.shape}")
+    return _packed_image(np.ascontiguousarray(rgb), "rgb8", header)
+
+
+def instance_mask_to_image(labels: np.ndarray, header: Header) -> Image:
+    """Wrap a uint8 (height, width) instance label image as a mono8 sensor_msgs/Image.
+
+    Pixel value 0 is background and k is the k-th detection (``Detection2D.id == str(k)``).
+    """
+    if labels.dtype != np.uint8 or labels.ndim != 2:
+        raise ValueError(f"expected uint8 (height, width) labels, got {labels.dtype} {labels.shape}")
+    return _packed_image(np.ascontiguousarray(labels), "mono8", header)
+
+
+def _packed_image(pixels: np.ndarray, encoding: str, header: Header) -> Image:
+    """An Image message over contiguous ``pixels``, rows unpadded."""
+    msg = Image()
+    msg.header = header
+    msg.height, msg.width = int(pixels.shape[0]), int(pixels.shape[1])
+    msg.encoding = encoding
+    msg.is_bigendian = 0
+    msg.step = msg.width * (pixels.shape[2] if pixels.ndim == 3 else 1)
+    msg.data = pixels.tobytes()
+    return msg
+
+
+def result_to_detections(result: SegmentationResult, header: Header) -> Detection2DArray:
+    """One Detection2D per labelled instance, in mask-id order, all stamped with ``header``.
+
+    Detection k (1-based) has ``id == str(k)``, the value of its pixels in the mask;
+    ``results[0].hypothesis`` holds the prompt text as ``class_id`` and the instance score;
+    the box is in source-image pixels (centre and size). Instances beyond the 255 a mono8
+    mask can hold are left out here too, so every detection has its pixels in the mask.
+    An empty result gives an empty array: "nothing found" is itself an answer.
+    """
+    msg = Detection2DArray()
+    msg.header = header
+    for instance_id, instance in enumerate(result.instances[:MAX_LABELLED_INSTANCES], start=1):
+        x1, y1, x2, y2 = instance.box
+        detection = Detection2D()
+        detection.header = header
+        detection.id = str(instance_id)
+        hypothesis = ObjectHypothesisWithPose()
+        hypothesis.hypothesis.class_id = instance.prompt
+        hypothesis.hypothesis.score = float(instance.score)
+        detection.results.append(hypothesis)
+        detection.bbox = BoundingBox2D()
+        detection.bbox.center.position.x = (x1 + x2) / 2.0
+        detection.bbox.center.position.y = (y1 + y2) / 2.0
+        detection.bbox.size_x = float(x2 - x1)
+        detection.bbox.size_y = float(y2 - y1)
+        msg.detections.append(detection)
+    return msg
+
+
+def label_info(prompts: Sequence[str], threshold: float, header: Header) -> LabelInfo:
+    """LabelInfo mapping class id i to prompt i, with the score threshold in use.
+
+    Detections carry the prompt text itself as ``class_id``; this map lets consumers that
+    want numeric classes use the prompt's index.
+    """
+    msg = LabelInfo()
+    msg.header = header
+    msg.threshold = float(threshold)
+    for index, prompt in enumerate(prompts):
+        msg.class_map.append(VisionClass(class_id=index, class_name=prompt))
+    return msg
