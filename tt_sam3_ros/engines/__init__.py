@@ -1,0 +1,80 @@
+"""Engines that run SAM 3, and the choice between them.
+
+``auto`` prefers a Tenstorrent Blackhole (ttnn) when one is present and usable,
+then a CUDA device, then the CPU, and says which it took and why: a robot's log
+should show at a glance whether it is running on the accelerator it paid for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+from .base import MASK_SIDE, MODEL_SIDE, DecodedBatch, Engine, EngineError
+
+__all__ = [
+    "ENGINE_NAMES",
+    "MASK_SIDE",
+    "MODEL_SIDE",
+    "DecodedBatch",
+    "Engine",
+    "EngineError",
+    "blackhole_status",
+    "choose_engine",
+    "create_engine",
+]
+
+LOG = logging.getLogger(__name__)
+
+ENGINE_NAMES = ("auto", "torch", "ttnn")
+#: Where the Tenstorrent kernel driver exposes its chips.
+TENSTORRENT_DEVICE_DIR = Path("/dev/tenstorrent")
+
+
+def blackhole_status() -> tuple[bool, str]:
+    """Whether a Tenstorrent chip and a ttnn build are both present, and why not."""
+    chips = sorted(TENSTORRENT_DEVICE_DIR.glob("*")) if TENSTORRENT_DEVICE_DIR.is_dir() else []
+    if not chips:
+        return False, f"no Tenstorrent device under {TENSTORRENT_DEVICE_DIR}"
+    if importlib.util.find_spec("ttnn") is None:
+        hint = "activate tt-metal's python_env"
+        return False, f"{len(chips)} Tenstorrent device(s) found but ttnn is not importable ({hint})"
+    return True, f"{len(chips)} Tenstorrent device(s) and ttnn found"
+
+
+def choose_engine(requested: str, device: str | None) -> tuple[str, str]:
+    """Resolve ``auto`` to a concrete engine name; returns (name, reason in words)."""
+    if requested not in ENGINE_NAMES:
+        raise EngineError(f"unknown engine {requested!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    if requested != "auto":
+        return requested, "requested explicitly"
+    if device not in (None, "", "auto"):
+        return "torch", f"device {device!r} requested, which the torch engine serves"
+    usable, why = blackhole_status()
+    if usable:
+        return "ttnn", why
+    import torch
+
+    if torch.cuda.is_available():
+        return "torch", f"{why}; CUDA device {torch.cuda.get_device_name(0)} found"
+    return "torch", f"{why}; no CUDA device; running on the CPU"
+
+
+def create_engine(
+    requested: str, model: Any, tokenizer: Any, device: str | None = None, dtype: str | None = None
+) -> Engine:
+    """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model."""
+    name, reason = choose_engine(requested, device)
+    LOG.info("engine %s chosen: %s", name, reason)
+    if name == "ttnn":
+        try:
+            from .ttnn_engine import TtnnEngine
+        except ImportError as error:
+            raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
+        device_id = int(device) if device not in (None, "", "auto") else 0
+        return TtnnEngine(model=model, tokenizer=tokenizer, device_id=device_id, dtype=dtype)
+    from .torch_engine import TorchEngine
+
+    return TorchEngine(model, tokenizer, device=device, dtype=dtype)

@@ -1,0 +1,124 @@
+"""`tt-sam3`: SAM 3 from the shell, no ROS needed.
+
+    tt-sam3 segment IMAGE --prompt car --prompt person [--out DIR] [--threshold T]
+    tt-sam3 publish-images DIR_OR_VIDEO --topic image --rate 5
+
+`segment` writes DIR/<image>_overlay.png (masks, boxes, labels, scores) and
+DIR/<image>.json (the results; ids match the overlay's labels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .tiny_model import TINY_MODEL_ID
+
+LOG = logging.getLogger("tt_sam3")
+
+_RANDOM_WARNING = (
+    "\n"
+    "  ************************************************************************\n"
+    "  *  tiny-random: a RANDOM SAM 3 for trying the plumbing. Its masks,     *\n"
+    "  *  boxes and scores are MEANINGLESS. Use real weights for real output. *\n"
+    "  ************************************************************************\n"
+)
+
+
+def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("segment", help="segment one image and write an overlay PNG and a JSON")
+    parser.add_argument("image", type=Path, help="PNG or JPEG file")
+    parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
+    parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
+    parser.add_argument(
+        "--threshold", type=float, default=0.5, help="score threshold in [0, 1) (default 0.5)"
+    )
+    parser.add_argument("--max-instances", type=int, default=50, help="most instances to keep (default 50)")
+    parser.add_argument(
+        "--model",
+        default="facebook/sam3",
+        help=f"hub id, or '{TINY_MODEL_ID}' (meaningless output, no weights)",
+    )
+    parser.add_argument("--revision", default=None, help="hub revision (default: the pinned one)")
+    parser.add_argument(
+        "--weights-dir", default=None, help="local folder (transformers format or Meta sam3.pt)"
+    )
+    parser.add_argument("--engine", default="auto", choices=["auto", "torch", "ttnn"])
+    parser.add_argument("--device", default=None, help="torch device (cpu, cuda, cuda:1) or ttnn chip id")
+    parser.add_argument(
+        "--dtype", default=None, help="float32 or bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
+    )
+
+
+def _run_segment(args: argparse.Namespace) -> int:
+    import cv2
+
+    from .overlay import draw_overlay
+    from .preprocess import load_image
+    from .segmenter import Sam3Segmenter
+
+    if args.model == TINY_MODEL_ID:
+        print(_RANDOM_WARNING, file=sys.stderr)
+    rgb = load_image(args.image)
+    with Sam3Segmenter.from_pretrained(
+        model_id=args.model,
+        revision=args.revision,
+        weights_dir=args.weights_dir,
+        engine=args.engine,
+        device=args.device,
+        dtype=args.dtype,
+    ) as segmenter:
+        result = segmenter(rgb, args.prompt, threshold=args.threshold, max_instances=args.max_instances)
+        details = segmenter.describe()
+    args.out.mkdir(parents=True, exist_ok=True)
+    overlay_path = args.out / f"{args.image.stem}_overlay.png"
+    json_path = args.out / f"{args.image.stem}.json"
+    cv2.imwrite(str(overlay_path), cv2.cvtColor(draw_overlay(rgb, result), cv2.COLOR_RGB2BGR))
+    report = {"image": str(args.image), **result.to_dict(), "engine": details}
+    if args.model == TINY_MODEL_ID:
+        report["warning"] = "tiny-random model: random weights, meaningless output"
+    json_path.write_text(json.dumps(report, indent=2))
+    print(f"{len(result.instances)} instance(s); wrote {overlay_path} and {json_path}")
+    return 0
+
+
+def _publish_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "publish-images", help="publish a folder of images or a video as sensor_msgs/Image (no camera needed)"
+    )
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="see tt-sam3 publish-images --help")
+
+
+def _run_publish(args: argparse.Namespace) -> int:
+    from .publish_images import main as publish_main
+
+    return publish_main(args.rest) or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `tt-sam3` console script; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="tt-sam3", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _segment_parser(subparsers)
+    _publish_parser(subparsers)
+    args = parser.parse_args(argv)
+    from .engines.base import EngineError
+
+    try:
+        if args.command == "segment":
+            return _run_segment(args)
+        return _run_publish(args)
+    except (ValueError, EngineError, OSError) as error:
+        print(f"tt-sam3: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:  # WeightsError and friends: already actionable
+        print(f"tt-sam3: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""What one segmentation call returns: instances in source-image pixels.
+
+Masks are kept as the crop that holds every pixel they cover (plus its origin), not
+as full images: a 1920x1080 frame with 20 small objects then costs a few hundred
+kilobytes instead of 40 MB, and the instance label image is written crop by crop.
+``Instance.mask`` still gives the full-size boolean mask when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: mono8 holds ids 1..255; further instances are dropped from the label image, never wrapped.
+MAX_LABELLED_INSTANCES = 255
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One object found for one prompt.
+
+    Attributes:
+        prompt: the prompt text that found it.
+        prompt_index: index of that prompt in the call's prompt list.
+        score: sigmoid(logit) * sigmoid(presence), in [0, 1].
+        box: (x1, y1, x2, y2) in source pixels, float, clamped to the image
+            (x in [0, width], y in [0, height]; pixel i spans [i, i + 1)).
+        mask_crop: bool (h, w): the mask inside the window starting at ``crop_origin``.
+        crop_origin: (row, column) of ``mask_crop``'s top-left pixel in the source image.
+        image_size: (height, width) of the source image.
+    """
+
+    prompt: str
+    prompt_index: int
+    score: float
+    box: tuple[float, float, float, float]
+    mask_crop: np.ndarray
+    crop_origin: tuple[int, int]
+    image_size: tuple[int, int]
+
+    @property
+    def mask(self) -> np.ndarray:
+        """bool (height, width): the full-size mask (a new array on every call)."""
+        full = np.zeros(self.image_size, dtype=bool)
+        row, col = self.crop_origin
+        height, width = self.mask_crop.shape
+        full[row : row + height, col : col + width] = self.mask_crop
+        return full
+
+    @property
+    def area(self) -> int:
+        """Number of mask pixels."""
+        return int(np.count_nonzero(self.mask_crop))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no mask pixels)."""
+        return {
+            "prompt": self.prompt,
+            "prompt_index": self.prompt_index,
+            "score": round(self.score, 6),
+            "box_xyxy": [round(v, 3) for v in self.box],
+            "mask_area": self.area,
+        }
+
+
+@dataclass
+class SegmentationResult:
+    """All instances found in one image, highest score first.
+
+    Attributes:
+        image_size: (height, width) of the source image.
+        prompts: the prompts, in the order given.
+        instances: instances with score above the threshold, sorted by score (descending);
+            instance k (1-based) has id k in ``instance_mask()``.
+        presence: per prompt, sigmoid(presence logit): how sure the model is that the
+            concept is in the image at all.
+        timing_ms: wall time per stage of this call, in milliseconds.
+    """
+
+    image_size: tuple[int, int]
+    prompts: list[str]
+    instances: list[Instance]
+    presence: dict[str, float]
+    timing_ms: dict[str, float] = field(default_factory=dict)
+
+    def instance_mask(self) -> np.ndarray:
+        """uint8 (height, width) label image: 0 background, k the k-th instance.
+
+        Where instances overlap, the higher-scoring one keeps the pixel. At most 255
+        instances are labelled; any beyond are left out (mono8 cannot hold them).
+        """
+        labels = np.zeros(self.image_size, dtype=np.uint8)
+        labelled = self.instances[:MAX_LABELLED_INSTANCES]
+        # Paint lowest score first so higher scores overwrite shared pixels.
+        for instance_id in range(len(labelled), 0, -1):
+            instance = labelled[instance_id - 1]
+            row, col = instance.crop_origin
+            height, width = instance.mask_crop.shape
+            window = labels[row : row + height, col : col + width]
+            window[instance.mask_crop] = instance_id
+        return labels
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: ids match ``instance_mask()`` values."""
+        return {
+            "image_size": {"height": self.image_size[0], "width": self.image_size[1]},
+            "prompts": list(self.prompts),
+            "presence": {prompt: round(p, 6) for prompt, p in self.presence.items()},
+            "instances": [
+                {"id": index, **instance.to_dict()} for index, instance in enumerate(self.instances, start=1)
+            ],
+            "timing_ms": {stage: round(ms, 3) for stage, ms in self.timing_ms.items()},
+        }

@@ -1,0 +1,204 @@
+"""Sam3Segmenter: pixels and prompts in, instances in source pixels out. No ROS.
+
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+    segmenter = Sam3Segmenter.from_pretrained()            # facebook/sam3, best engine here
+    result = segmenter(image, ["car", "person"])           # image: uint8 RGB HxWx3 (or path, bytes, PIL)
+    labels = result.instance_mask()                        # uint8 HxW, 0 = background
+
+One call encodes the image once, runs every prompt against it in one batch, and
+reuses the text encoding of prompts it has seen before (bounded LRU), so a steady
+prompt set costs no text-encoder time after the first frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from . import postprocess, preprocess
+from .engines.base import Engine
+from .prompts import MAX_PROMPTS, validate_prompts
+from .results import Instance, SegmentationResult
+
+LOG = logging.getLogger(__name__)
+
+#: Prompt encodings kept; a robot cycling through more texts than this re-encodes some.
+DEFAULT_TEXT_CACHE_SIZE = 256
+#: Most instances one call returns unless asked otherwise.
+DEFAULT_MAX_INSTANCES = 50
+
+
+class Sam3Segmenter:
+    """SAM 3 text-prompted instance segmentation on one engine."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
+        text_cache_size: int = DEFAULT_TEXT_CACHE_SIZE,
+        model_description: str = "",
+        is_random: bool = False,
+    ) -> None:
+        if max_image_side < preprocess.MIN_IMAGE_SIDE:
+            raise ValueError(f"max_image_side must be at least {preprocess.MIN_IMAGE_SIDE}")
+        self.engine = engine
+        self.max_image_side = max_image_side
+        self.model_description = model_description
+        self.is_random = is_random
+        self._text_cache: OrderedDict[str, Any] = OrderedDict()
+        self._text_cache_size = text_cache_size
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_id: str = "facebook/sam3",
+        revision: str | None = None,
+        weights_dir: str | None = None,
+        engine: str = "auto",
+        device: str | None = None,
+        dtype: str | None = None,
+        max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
+    ) -> Sam3Segmenter:
+        """Load weights (weights.py decides from where) and open the engine.
+
+        Raises:
+            tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.
+            tt_sam3_ros.engines.EngineError: the engine or device cannot be used.
+        """
+        from .engines import create_engine
+        from .weights import load_sam3
+
+        loaded = load_sam3(model_id=model_id, revision=revision, weights_dir=weights_dir)
+        if loaded.is_random:
+            LOG.warning("model %s has RANDOM weights: its output is meaningless", loaded.source)
+        runner = create_engine(engine, loaded.model, loaded.tokenizer, device=device, dtype=dtype)
+        return cls(runner, max_image_side, model_description=loaded.source, is_random=loaded.is_random)
+
+    def describe(self) -> dict[str, str]:
+        """Engine, device, dtype and model, in words."""
+        return {**self.engine.describe(), "model": self.model_description}
+
+    def warmup(self) -> None:
+        """Run the engine once so the first real frame pays no compile or allocation cost."""
+        self.engine.warmup()
+
+    def close(self) -> None:
+        """Release the engine and its device. Idempotent."""
+        self._text_cache.clear()
+        self.engine.close()
+
+    def __enter__(self) -> Sam3Segmenter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __call__(
+        self,
+        image: object,
+        prompts: list[str],
+        threshold: float = 0.5,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+    ) -> SegmentationResult:
+        """Segment every instance of every prompt in one image.
+
+        Args:
+            image: uint8 RGB (H, W, 3) array (grey and RGBA accepted), a path, PNG/JPEG bytes
+                or a PIL image; each side between 2 and ``max_image_side`` pixels.
+            prompts: 1 to 16 non-empty texts of at most 256 characters.
+            threshold: keep instances whose score is above this, in [0, 1).
+            max_instances: at most this many instances, best first (1..255 fit one mono8 mask).
+
+        Raises:
+            ValueError: bad image, prompts or settings, with the limit named.
+        """
+        timing: dict[str, float] = {}
+        with _timed(timing, "load"):
+            prompts = validate_prompts(prompts, MAX_PROMPTS)
+            _check_settings(threshold, max_instances)
+            rgb = preprocess.load_image(image, self.max_image_side)
+        with _timed(timing, "preprocess"):
+            pixel_values = preprocess.to_model_input(rgb)
+        with _timed(timing, "image_encoder"):
+            image_state = self.engine.encode_image(pixel_values)
+        with _timed(timing, "text_encoder"):
+            prompt_states = self._prompt_states(prompts)
+        with _timed(timing, "decoder"):
+            decoded = self.engine.decode(image_state, prompt_states)
+        with _timed(timing, "postprocess"):
+            result = self._instances(decoded, prompts, rgb.shape[:2], threshold, max_instances)
+        result.timing_ms = {**timing, "total": sum(timing.values())}
+        return result
+
+    def _prompt_states(self, prompts: list[str]) -> list[Any]:
+        """Encodings of ``prompts``, encoding only the ones not cached (in one batch)."""
+        missing = list(dict.fromkeys(p for p in prompts if p not in self._text_cache))
+        if missing:
+            for prompt, state in zip(missing, self.engine.encode_prompts(missing), strict=True):
+                self._text_cache[prompt] = state
+        for prompt in prompts:
+            self._text_cache.move_to_end(prompt)
+        states = [self._text_cache[p] for p in prompts]
+        while len(self._text_cache) > self._text_cache_size:
+            self._text_cache.popitem(last=False)
+        return states
+
+    def _instances(
+        self,
+        decoded: Any,
+        prompts: list[str],
+        image_size: tuple[int, int],
+        threshold: float,
+        max_instances: int,
+    ) -> SegmentationResult:
+        selection = postprocess.select_instances(decoded.logits, decoded.presence, threshold, max_instances)
+        boxes = postprocess.boxes_to_source(
+            decoded.boxes[selection.prompt_index, selection.query_index], image_size
+        )
+        mask_logits = (
+            self.engine.fetch_masks(decoded, selection.prompt_index, selection.query_index)
+            if len(selection.scores)
+            else np.zeros((0, 0, 0), dtype=np.float32)
+        )
+        instances = []
+        for k, (prompt_index, score) in enumerate(zip(selection.prompt_index, selection.scores, strict=True)):
+            crop, origin = postprocess.mask_crop(mask_logits[k], image_size)
+            instances.append(
+                Instance(
+                    prompt=prompts[prompt_index],
+                    prompt_index=int(prompt_index),
+                    score=float(score),
+                    box=tuple(float(v) for v in boxes[k]),
+                    mask_crop=crop,
+                    crop_origin=origin,
+                    image_size=image_size,
+                )
+            )
+        presence = postprocess.sigmoid(decoded.presence)
+        return SegmentationResult(
+            image_size=image_size,
+            prompts=list(prompts),
+            instances=instances,
+            presence={prompt: float(presence[i]) for i, prompt in enumerate(prompts)},
+        )
+
+
+def _check_settings(threshold: float, max_instances: int) -> None:
+    if not 0.0 <= threshold < 1.0:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    if not 1 <= max_instances <= 255:
+        raise ValueError(f"max_instances must be between 1 and 255 (one mono8 mask), got {max_instances}")
+
+
+@contextmanager
+def _timed(timing: dict[str, float], stage: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[stage] = (time.perf_counter() - start) * 1000.0
