@@ -82,11 +82,13 @@ def _axis_weights(out_size: int, in_size: int) -> tuple[np.ndarray, np.ndarray, 
     return i0, i1, w0, w1
 
 
-def _axis_window(out_size: int, in_size: int, first: int, last: int) -> tuple[int, int]:
-    """Output range [start, stop) whose samples touch source cells first..last."""
+def _axis_window(out_size: int, in_size: int, first: int, last: int) -> slice | None:
+    """Output range whose samples touch source cells first..last; None if no sample does."""
     i0, i1, _, _ = _axis_weights(out_size, in_size)
     touches = np.nonzero((i0 <= last) & (i1 >= first))[0]
-    return int(touches[0]), int(touches[-1]) + 1
+    if touches.size == 0:
+        return None
+    return slice(int(touches[0]), int(touches[-1]) + 1)
 
 
 def positive_window(logits: np.ndarray, out_size: tuple[int, int]) -> tuple[slice, slice] | None:
@@ -99,9 +101,11 @@ def positive_window(logits: np.ndarray, out_size: tuple[int, int]) -> tuple[slic
     if rows.size == 0:
         return None
     cols = np.nonzero(positive.any(axis=0))[0]
-    row_start, row_stop = _axis_window(out_size[0], logits.shape[0], rows[0], rows[-1])
-    col_start, col_stop = _axis_window(out_size[1], logits.shape[1], cols[0], cols[-1])
-    return slice(row_start, row_stop), slice(col_start, col_stop)
+    row_window = _axis_window(out_size[0], logits.shape[0], rows[0], rows[-1])
+    col_window = _axis_window(out_size[1], logits.shape[1], cols[0], cols[-1])
+    if row_window is None or col_window is None:
+        return None  # no output pixel samples a positive logit (tiny images)
+    return row_window, col_window
 
 
 def upsample_window(logits: np.ndarray, out_size: tuple[int, int], rows: slice, cols: slice) -> np.ndarray:

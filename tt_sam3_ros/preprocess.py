@@ -86,7 +86,10 @@ def to_model_input(rgb: np.ndarray) -> np.ndarray:
     import torch
     from torchvision.transforms.v2 import functional as tvf
 
-    chw = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+    rgb = np.ascontiguousarray(rgb)
+    if not rgb.flags.writeable:  # a view over a ROS message buffer; torch wants to own writable memory
+        rgb = rgb.copy()
+    chw = torch.from_numpy(rgb).permute(2, 0, 1)
     resized = tvf.resize(
         chw, [MODEL_SIDE, MODEL_SIDE], interpolation=tvf.InterpolationMode.BILINEAR, antialias=True
     )
