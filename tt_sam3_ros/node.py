@@ -147,7 +147,10 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
             f"Hugging Face model id, or '{TINY_MODEL_ID}' (offline random weights, meaningless output)."
         ),
     ),
-    "revision": ("", _describe("Hub revision (branch, tag or commit); empty: the default branch.")),
+    "revision": (
+        "",
+        _describe("Hub revision (branch, tag or commit); empty: the commit pinned for facebook/sam3."),
+    ),
     "weights_dir": ("", _describe("Local folder with the weights; empty: the Hugging Face cache or hub.")),
     "max_image_side": (
         4096,

@@ -34,7 +34,10 @@ ANSWER_TIMEOUT_S = 20.0
 
 
 def start_node(
-    params: dict[str, str], log_path: Path, program: list[str] | None = None
+    params: dict[str, str],
+    log_path: Path,
+    program: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """Start the node in its own process, ``-p name:=value`` for each param, output to ``log_path``.
 
@@ -48,7 +51,7 @@ def start_node(
         command += ["-p", f"{name}:={value}"]
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
+            command, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
         )
 
 
@@ -253,13 +256,14 @@ def running_node(
     log_path: Path,
     program: list[str] | None = None,
     wait_for_subscription: bool = True,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Sam3Client]:
     """A node process plus a probe node talking to it; both torn down on exit.
 
     The client's ``process`` and ``log_path`` attributes let a test signal the node and
     read its output.
     """
-    process = start_node(params, log_path, program)
+    process = start_node(params, log_path, program, env)
     probe_lifetime = ros_test_node()
     probe = next(probe_lifetime)
     try:

@@ -1,0 +1,57 @@
+"""Run the real sam3 node with its segmenter instrumented for fault and release tests.
+
+- A frame whose top-left pixel is ``FAULT_PIXEL`` makes the engine's decoder raise
+  mid-inference (after the image encoder ran), as a device fault would.
+- Every ``Sam3Segmenter.close()`` appends a line to the file named by ``$SAM3_CLOSE_LOG``,
+  so a test can see that the device was released, and how often.
+
+Only this test process is patched; the package has no fault flag. Usage:
+``python faulty_node.py --ros-args -p model_id:=tiny-random ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from tt_sam3_ros import node
+from tt_sam3_ros.segmenter import Sam3Segmenter
+
+FAULT_PIXEL = (13, 37, 66)
+FAULT_MESSAGE = "injected engine fault"
+
+
+def _faulty_decode(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError(FAULT_MESSAGE)
+
+
+def install() -> None:
+    """Patch Sam3Segmenter in this process: fault on FAULT_PIXEL frames, record close()."""
+    original_call = Sam3Segmenter.__call__
+    original_close = Sam3Segmenter.close
+
+    def call(self: Sam3Segmenter, image: Any, prompts: list[str], **kwargs: Any) -> Any:
+        if tuple(int(v) for v in np.asarray(image)[0, 0, :3]) != FAULT_PIXEL:
+            return original_call(self, image, prompts, **kwargs)
+        self.engine.decode = _faulty_decode  # shadows the engine's method for this call only
+        try:
+            return original_call(self, image, prompts, **kwargs)
+        finally:
+            del self.engine.decode
+
+    def close(self: Sam3Segmenter) -> None:
+        original_close(self)
+        with open(os.environ["SAM3_CLOSE_LOG"], "a") as log:
+            log.write(f"closed on thread {threading.current_thread().name}\n")
+
+    Sam3Segmenter.__call__ = call
+    Sam3Segmenter.close = close
+
+
+if __name__ == "__main__":
+    install()
+    sys.exit(node.main())

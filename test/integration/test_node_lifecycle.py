@@ -1,0 +1,182 @@
+"""The node's lifecycle, engine faults, compressed input and SIGTERM, through its own services.
+
+One node (autostart false) runs through a whole life in order: unconfigured ->
+configure -> activate -> an engine fault and recovery -> deactivate -> compressed
+transport -> cleanup -> configure again -> SIGTERM. It is the real node with its
+segmenter instrumented by helpers/faulty_node.py (a fault on a marked frame, a line
+per close()); nothing in the package knows about the instrumentation.
+
+The tests run in file order and each states the lifecycle state it starts from.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from helpers.faulty_node import FAULT_MESSAGE, FAULT_PIXEL
+from helpers.sam3_client import Sam3Client, log_tail, make_image, running_node, scene, stamp_now
+from lifecycle_msgs.msg import Transition
+from ros_harness import HELPERS, spin_until
+from sensor_msgs.msg import CompressedImage
+
+PROMPTS = ["cup"]
+NODE_PARAMS = {
+    "model_id": "tiny-random",
+    "prompts": str(PROMPTS),
+    "threshold": "0.0",
+    "max_instances": "4",
+    "autostart": "false",
+}
+OK, WARN, ERROR = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
+    folder = tmp_path_factory.mktemp("sam3_lifecycle")
+    program = [sys.executable, str(HELPERS / "faulty_node.py")]
+    env = {"SAM3_CLOSE_LOG": str(folder / "closes.log")}
+    with running_node(
+        NODE_PARAMS, folder / "node.log", program, wait_for_subscription=False, env=env
+    ) as client:
+        client.close_log = folder / "closes.log"
+        yield client
+
+
+def _closes(sam3: Sam3Client) -> list[str]:
+    path = Path(sam3.close_log)
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _compressed(rgb: np.ndarray, extension: str) -> CompressedImage:
+    ok, encoded = cv2.imencode(extension, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    assert ok
+    msg = CompressedImage(format=extension.lstrip("."))
+    msg.header.frame_id = "cam"
+    msg.data = encoded.tobytes()
+    return msg
+
+
+def test_starts_unconfigured_and_holds_no_engine(sam3: Sam3Client) -> None:
+    assert sam3.state() == "unconfigured"
+    status = sam3.next_diagnostics()
+    assert status["state"] == "unconfigured"
+    assert status["_level"] == WARN
+    assert sam3.image_pub.get_subscription_count() == 0
+    # Parameters read at configure may change now, and only now.
+    assert sam3.set_parameter("max_image_side", 2048).successful
+
+
+def test_configure_loads_the_engine_but_does_not_subscribe(sam3: Sam3Client) -> None:
+    assert sam3.transition(Transition.TRANSITION_CONFIGURE)
+    assert sam3.state() == "inactive"
+    status = sam3.next_diagnostics(where=lambda s: s["state"] == "inactive")
+    assert status["engine"] == "torch"
+    spin_until(sam3.probe, lambda: False, 0.5)
+    assert sam3.image_pub.get_subscription_count() == 0
+    refused = sam3.set_parameter("max_image_side", 1024)
+    assert not refused.successful and "read at configure" in refused.reason
+
+
+def test_activate_serves_frames(sam3: Sam3Client) -> None:
+    assert sam3.transition(Transition.TRANSITION_ACTIVATE)
+    assert sam3.state() == "active"
+    sam3.wait_for_subscriber()
+    frame = make_image(scene(seed=1))
+    detections, mask = sam3.ask(frame)
+    assert detections.header == frame.header and mask.header == frame.header
+    assert {d.results[0].hypothesis.class_id for d in detections.detections} == {"cup"}
+
+
+def test_an_engine_fault_is_reported_and_the_node_recovers(sam3: Sam3Client) -> None:
+    before = sam3.next_diagnostics()
+    picture = scene(seed=2)
+    picture[0, 0] = FAULT_PIXEL
+    faulty = make_image(picture)
+    faulty_key = stamp_now(faulty)
+    sam3.send(faulty)
+    status = sam3.next_diagnostics(timeout_s=15.0, where=lambda s: s["_level"] == ERROR)
+    assert FAULT_MESSAGE in status["last_error"] and FAULT_MESSAGE in status["_message"]
+    assert int(status["engine_errors"]) == int(before["engine_errors"]) + 1
+    assert faulty_key not in sam3.detections
+    assert sam3.process.poll() is None, log_tail(sam3.log_path)
+
+    healthy = make_image(scene(seed=3))
+    detections, _ = sam3.ask(healthy)
+    assert detections.header == healthy.header
+    recovered = sam3.next_diagnostics(where=lambda s: s["_level"] == OK)
+    assert int(recovered["frames_processed"]) > int(status["frames_processed"])
+    assert "Traceback" in Path(sam3.log_path).read_text(), "an engine fault is logged with its traceback"
+
+
+def test_deactivate_stops_inference_and_keeps_the_engine(sam3: Sam3Client) -> None:
+    assert sam3.transition(Transition.TRANSITION_DEACTIVATE)
+    assert sam3.state() == "inactive"
+    assert spin_until(sam3.probe, lambda: sam3.image_pub.get_subscription_count() == 0, 10.0)
+    frame = make_image(scene(seed=4))
+    key = stamp_now(frame)
+    sam3.send(frame)
+    assert sam3.no_answer(key, wait_s=2.0)
+    assert _closes(sam3) == [], "deactivate must not release the engine"
+    status = sam3.next_diagnostics(where=lambda s: s["state"] == "inactive")
+    assert status["_level"] == WARN
+
+
+def test_compressed_transport_after_reactivation(sam3: Sam3Client) -> None:
+    assert sam3.set_parameter("transport", "compressed").successful  # inactive: allowed
+    assert sam3.transition(Transition.TRANSITION_ACTIVATE)
+    refused = sam3.set_parameter("transport", "raw")
+    assert not refused.successful and "read at activate" in refused.reason
+    sam3.wait_for_subscriber(compressed=True)
+    for extension in (".jpg", ".png"):
+        frame = _compressed(scene(seed=5), extension)
+        detections, mask = sam3.ask(frame)
+        assert detections.header == frame.header
+        assert (mask.width, mask.height) == (96, 64)
+
+    before = sam3.next_diagnostics()
+    corrupt = CompressedImage(format="jpeg", data=b"\xff\xd8\xff\xe0" + bytes(300))
+    corrupt_key = stamp_now(corrupt)
+    sam3.send(corrupt)
+    status = sam3.next_diagnostics(
+        timeout_s=10.0, where=lambda s: int(s["frames_rejected"]) == int(before["frames_rejected"]) + 1
+    )
+    assert "corrupt compressed image" in status["last_error"]
+    good = _compressed(scene(seed=6), ".jpg")
+    detections, _ = sam3.ask(good)
+    assert detections.header == good.header
+    assert corrupt_key not in sam3.detections
+
+
+def test_cleanup_releases_the_engine_and_configure_acquires_it_again(sam3: Sam3Client) -> None:
+    assert sam3.transition(Transition.TRANSITION_DEACTIVATE)
+    assert sam3.transition(Transition.TRANSITION_CLEANUP)
+    assert sam3.state() == "unconfigured"
+    assert _closes(sam3) == ["closed on thread sam3-inference"], "closed once, on the engine's own thread"
+    assert "engine released" in Path(sam3.log_path).read_text()
+
+    assert sam3.transition(Transition.TRANSITION_CONFIGURE)
+    assert sam3.transition(Transition.TRANSITION_ACTIVATE)
+    sam3.wait_for_subscriber(compressed=True)
+    frame = _compressed(scene(seed=7), ".png")
+    detections, _ = sam3.ask(frame)
+    assert detections.header == frame.header
+
+
+def test_sigterm_exits_0_and_releases_the_engine(sam3: Sam3Client) -> None:
+    started = time.monotonic()
+    sam3.process.send_signal(signal.SIGTERM)
+    exit_code = sam3.process.wait(timeout=30)
+    elapsed = time.monotonic() - started
+    log = Path(sam3.log_path).read_text()
+    assert exit_code == 0, log_tail(sam3.log_path)
+    assert len(_closes(sam3)) == 2, "the second engine was released too"
+    assert log.count("engine released") == 2
+    assert "Traceback" not in log.split("engine released")[-1]
+    print(f"\nSIGTERM to exit: {elapsed:.2f} s")
