@@ -823,7 +823,11 @@ def main(args: list[str] | None = None) -> int:
                 node.get_logger().fatal("could not start; see the error above")
         else:
             _spin_until(node, stop)
-    except (ValueError, rclpy.exceptions.InvalidParameterTypeException) as error:
+    except (
+        ValueError,
+        rclpy.exceptions.InvalidParameterTypeException,
+        rclpy.exceptions.InvalidParameterValueException,
+    ) as error:
         rclpy.logging.get_logger(NODE_NAME).fatal(f"invalid parameters: {error}")
         exit_code = 1
     finally:

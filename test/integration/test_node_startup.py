@@ -1,0 +1,70 @@
+"""Starting the node wrong: it must stop within seconds with a message a person can act on.
+
+These run the installed ``sam3_node`` console script with config/sam3.yaml, exactly as
+``make run`` does, and never reach the network (HF_HUB_OFFLINE is set by the suite).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.sam3_client import start_node
+
+REPO = Path(__file__).resolve().parents[2]
+SAM3_NODE = Path(sys.executable).parent / "sam3_node"
+PARAMS_FILE = REPO / "config" / "sam3.yaml"
+
+
+def _run_until_exit(
+    params: dict[str, str], tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, float]:
+    """Start the console script with the params file and ``params``; wait for it to exit."""
+    if not SAM3_NODE.exists():
+        pytest.skip(f"{SAM3_NODE} is not installed (pip install -e . makes it)")
+    program = [str(SAM3_NODE), "--ros-args", "--params-file", str(PARAMS_FILE)]
+    log_path = tmp_path / "node.log"
+    started = time.monotonic()
+    process = start_node(params, log_path, program, env)
+    try:
+        exit_code = process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail(f"the node did not stop within 60 s:\n{log_path.read_text()}")
+    return exit_code, log_path.read_text(), time.monotonic() - started
+
+
+def test_missing_weights_stop_make_run_with_the_actionable_message(tmp_path: Path) -> None:
+    # An empty Hugging Face cache and no network: the default facebook/sam3 cannot be had.
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    exit_code, log, elapsed = _run_until_exit({}, tmp_path, env)
+    assert exit_code == 1, log
+    assert "cannot configure: SAM 3 weights facebook/sam3" in log
+    assert "hf download facebook/sam3" in log and "weights_dir" in log
+    assert "Traceback" not in log
+    assert elapsed < 30.0, f"took {elapsed:.1f} s"
+    print(f"\nmissing weights: exit 1 after {elapsed:.1f} s")
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"prompts": "['car', '']"}, "invalid parameters: prompts rejected: prompt 1 is empty"),
+        ({"prompts": "car"}, "expecting type 'STRING_ARRAY'"),
+        ({"threshold": "1.0"}, "threshold must be in [0, 1)"),
+        ({"engine": "tpu"}, "engine must be one of auto, torch, ttnn"),
+        ({"qos_depth": "0"}, "qos_depth out of range"),
+    ],
+    ids=["blank-prompt", "prompts-as-string", "threshold-1", "unknown-engine", "qos-depth-0"],
+)
+def test_invalid_startup_parameters_stop_the_node_with_the_reason(
+    tmp_path: Path, params: dict[str, str], reason: str
+) -> None:
+    exit_code, log, _ = _run_until_exit({"model_id": "tiny-random", **params}, tmp_path)
+    assert exit_code == 1, log
+    assert reason in log
+    assert "Traceback" not in log
