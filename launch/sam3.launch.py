@@ -1,0 +1,96 @@
+"""Start the /sam3 segmentation node.
+
+    ros2 launch tt_sam3_ros sam3.launch.py image:=/camera/image_raw prompts:="['car', 'person']"
+
+Arguments (each optional):
+    image        image topic to segment (default: image). With transport:=compressed in the
+                 params file the node reads <image>/compressed (JPEG or PNG).
+    prompts      texts to segment, a YAML list ("['car', 'person']") or one word (car);
+                 empty: the params file's value (none by default: the node waits for
+                 ``ros2 param set /sam3 prompts "['car']"``).
+    engine       auto, torch or ttnn; empty: the params file's value (auto).
+    params_file  parameters file (default: this package's config/sam3.yaml).
+    namespace    namespace of the node; topics follow it (/<namespace>/sam3/detections).
+
+The node is a managed (lifecycle) node that configures and activates itself unless the
+params file sets ``autostart: false``; then drive it with ``ros2 lifecycle set``.
+"""
+
+from __future__ import annotations
+
+import yaml
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import LifecycleNode
+from launch_ros.substitutions import FindPackageShare
+
+from launch import LaunchContext, LaunchDescription
+
+PACKAGE = "tt_sam3_ros"
+
+
+def prompt_list(text: str) -> list[str]:
+    """The prompts launch argument as a list: a YAML list of strings, or one bare word.
+
+    Raises:
+        ValueError: anything else, so a typo fails the launch instead of starting a node
+            that would refuse the value anyway.
+    """
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        return value
+    raise ValueError(f"prompts:={text!r} is not a list of strings; write prompts:=\"['car', 'person']\"")
+
+
+def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
+    """The node, with only the launch arguments that were given overriding the params file."""
+    image = LaunchConfiguration("image").perform(context)
+    overrides: dict[str, object] = {}
+    prompts = LaunchConfiguration("prompts").perform(context).strip()
+    if prompts:
+        overrides["prompts"] = prompt_list(prompts)
+    engine = LaunchConfiguration("engine").perform(context).strip()
+    if engine:
+        overrides["engine"] = engine
+    parameters: list[object] = [LaunchConfiguration("params_file")]
+    if overrides:
+        parameters.append(overrides)
+    return [
+        LifecycleNode(
+            package=PACKAGE,
+            executable="sam3_node",
+            name="sam3",
+            namespace=LaunchConfiguration("namespace"),
+            parameters=parameters,
+            # Both input names, so transport:=compressed follows the same argument.
+            remappings=[("image", image), ("image/compressed", f"{image}/compressed")],
+            output="screen",
+        )
+    ]
+
+
+def generate_launch_description() -> LaunchDescription:
+    default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "sam3.yaml"])
+    return LaunchDescription(
+        [
+            DeclareLaunchArgument("image", default_value="image", description="Image topic to segment."),
+            DeclareLaunchArgument(
+                "prompts",
+                default_value="",
+                description="Texts to segment, e.g. \"['car', 'person']\"; empty: from params_file.",
+            ),
+            DeclareLaunchArgument(
+                "engine",
+                default_value="",
+                choices=["", "auto", "torch", "ttnn"],
+                description="auto, torch or ttnn; empty: from params_file.",
+            ),
+            DeclareLaunchArgument(
+                "params_file", default_value=default_params, description="Node parameters (YAML)."
+            ),
+            DeclareLaunchArgument("namespace", default_value="", description="Namespace of the node."),
+            OpaqueFunction(function=_sam3_node),
+        ]
+    )
