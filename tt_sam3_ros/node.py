@@ -103,7 +103,8 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         Parameter.Type.STRING_ARRAY,
         _describe(
             f"Texts to segment, e.g. ['car', 'person']: 1 to max_prompts non-blank strings of at most "
-            f"{MAX_PROMPT_CHARS} characters. Applies from the next frame. Unset: the node waits."
+            f"{MAX_PROMPT_CHARS} characters. Applies from the next frame. Unset: the node waits.",
+            additional_constraints=f"1..max_prompts non-blank strings of at most {MAX_PROMPT_CHARS} chars",
         ),
     ),
     "threshold": (
@@ -278,8 +279,10 @@ class InferenceWorker(threading.Thread):
         handle_frame: Callable[[Any, Frame], None],
         slot: FrameSlot,
         on_closed: Callable[[dict[str, str]], None],
+        logger: Any,
     ) -> None:
         super().__init__(name="sam3-inference", daemon=True)
+        self._logger = logger
         self._build = build
         self._handle_frame = handle_frame
         self._slot = slot
@@ -300,7 +303,10 @@ class InferenceWorker(threading.Thread):
         self.ready.set()
         try:
             while (frame := self._slot.take()) is not None:
-                self._handle_frame(segmenter, frame)
+                try:
+                    self._handle_frame(segmenter, frame)
+                except Exception:  # a bug here must not silently end inference
+                    self._logger.error(f"frame handling failed:\n{traceback.format_exc()}")
         finally:
             segmenter.close()
             self._on_closed(self.description)
