@@ -12,7 +12,7 @@ export PYTHON ROS VENV
 PY := $(VENV)/bin/python
 SANDBOX := tools/ros_sandbox.sh
 
-.PHONY: setup test lint run bench clean
+.PHONY: setup test lint run bench clean ttnn-env
 
 setup:
 	@bash tools/bootstrap.sh
@@ -21,8 +21,12 @@ lint: setup
 	$(PY) -m ruff check tt_sam3_ros test tools benchmarks launch setup.py
 	$(PY) -m ruff format --check tt_sam3_ros test tools benchmarks launch setup.py
 
+# The real ttnn wheel (CPython 3.12, off-chip) for the API conformance check; seconds once made.
+ttnn-env:
+	@bash tools/bootstrap_ttnn.sh
+
 # Everything the suite starts runs with ROS 2 discovery confined to this machine.
-test: lint
+test: lint ttnn-env
 	$(SANDBOX) $(PY) -m pytest $(ARGS)
 
 run: setup

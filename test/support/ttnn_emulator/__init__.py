@@ -1,0 +1,116 @@
+# ruff: noqa: F401 - this module re-exports the emulated ttnn surface
+"""A torch-backed emulation of the TT-NN surface tt_sam3_ros uses, for testing Blackhole code off-chip.
+
+Inject it where the engine expects `ttnn` (``TtnnEngine(..., ttnn_module=ttnn_emulator)``).
+It follows ttnn 0.81.1's names and keywords (tools/ttnn_conformance.py checks the engine's
+calls against the real wheel) and enforces the runtime's rules: dtypes with their real
+rounding (bfloat8_b bit-exact with the wheel's host packing), TILE vs ROW_MAJOR, host vs
+device placement, deallocation, one owner per chip, and metal trace capture/replay rules.
+What it cannot show (speed, L1 fits, reduced-fidelity matmuls, kernel bugs) needs a p150a.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ._numerics import quantize, quantize_bfloat8_b
+from ._ops import (
+    add,
+    concatenate_heads,
+    conv2d,
+    gelu,
+    layer_norm,
+    linear,
+    matmul,
+    max_pool2d,
+    mul,
+    permute,
+    reshape,
+    scaled_dot_product_attention,
+    softmax,
+    split_query_key_value_and_split_heads,
+    to_layout,
+    to_memory_config,
+)
+from ._runtime import (
+    _OPEN_DEVICES,
+    SETTINGS,
+    Device,
+    EmulatorError,
+    EmulatorSettings,
+    GetNumAvailableDevices,
+    Tensor,
+    allocate_tensor_on_device,
+    as_tensor,
+    begin_trace_capture,
+    close_device,
+    copy_host_to_device_tensor,
+    deallocate,
+    end_trace_capture,
+    execute_trace,
+    from_device,
+    from_torch,
+    get_num_devices,
+    open_device,
+    release_trace,
+    synchronize_device,
+    to_device,
+    to_torch,
+)
+from ._types import (
+    DRAM_MEMORY_CONFIG,
+    L1_MEMORY_CONFIG,
+    Arch,
+    BufferType,
+    Conv2dConfig,
+    CoreCoord,
+    CoreGrid,
+    CoreRange,
+    CoreRangeSet,
+    DataType,
+    DispatchCoreAxis,
+    DispatchCoreConfig,
+    DispatchCoreType,
+    Layout,
+    MathFidelity,
+    MemoryConfig,
+    MeshShape,
+    MeshTraceId,
+    SDPAProgramConfig,
+    Shape,
+    ShardOrientation,
+    ShardSpec,
+    TensorMemoryLayout,
+    WormholeComputeKernelConfig,
+)
+
+#: Marks this module as the emulator (the engine reports it in describe()).
+IS_EMULATOR = True
+__version__ = "0.81.1-emulated"
+
+bfloat16 = DataType.BFLOAT16
+float32 = DataType.FLOAT32
+bfloat8_b = DataType.BFLOAT8_B
+uint32 = DataType.UINT32
+int32 = DataType.INT32
+TILE_LAYOUT = Layout.TILE
+ROW_MAJOR_LAYOUT = Layout.ROW_MAJOR
+MeshDevice = Device
+
+transformer = SimpleNamespace(
+    scaled_dot_product_attention=scaled_dot_product_attention,
+    split_query_key_value_and_split_heads=split_query_key_value_and_split_heads,
+    concatenate_heads=concatenate_heads,
+    SDPAProgramConfig=SDPAProgramConfig,
+)
+
+
+def reset() -> None:
+    """Close every emulated device and restore default settings (test isolation)."""
+    for device in list(_OPEN_DEVICES.values()):
+        device._trace = None
+        close_device(device)
+    SETTINGS.__dict__.update(EmulatorSettings().__dict__)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

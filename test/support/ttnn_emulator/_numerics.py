@@ -1,0 +1,86 @@
+"""Number formats of the device, reproduced on torch tensors.
+
+bfloat8_b is Tenstorrent's block float: every 16 consecutive values of a tile row (one row of
+a 16x16 face) share an 8-bit exponent, and each keeps a sign and 7 magnitude bits (the hidden
+one made explicit). Packing (tt-metal's host conversion) takes the largest exponent of the
+block, shifts each mantissa right by its distance to it, rounds to nearest with ties to even,
+saturates at 127 instead of carrying into the exponent, and drops the sign of values that
+round to zero. `quantize_bfloat8_b` does exactly that, so its result equals what the real
+wheel decodes from its own packing bit for bit (tools/ttnn_conformance.py checks it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from ._types import DataType
+
+#: Values that share one exponent in bfloat8_b: a row of a 16x16 face.
+BFP_BLOCK = 16
+_MANTISSA_SHIFT = 17  # 24-bit float significand -> 7 bits
+_TIE = 1 << (_MANTISSA_SHIFT - 1)
+
+
+def quantize_bfloat8_b(values: torch.Tensor) -> torch.Tensor:
+    """Round float values to what bfloat8_b can hold; float32, same shape.
+
+    Blocks run along the last dimension, 16 at a time from index 0, which is how tile rows
+    split into face rows; a last dimension that is not a multiple of 16 is zero padded, as
+    the tile padding would be (zeros never raise a block's exponent).
+    """
+    x = values.detach().to(torch.float32).contiguous()
+    if x.numel() == 0:
+        return x.clone()
+    shape = x.shape
+    width = shape[-1] if x.dim() else 1
+    rows = x.reshape(-1, width)
+    pad = (-width) % BFP_BLOCK
+    if pad:
+        rows = F.pad(rows, (0, pad))
+    bits = rows.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    bits = bits.reshape(-1, BFP_BLOCK)
+    exponent = (bits >> 23) & 0xFF
+    shared = exponent.amax(dim=1, keepdim=True)
+    significand = (bits & 0x7FFFFF) | 0x800000
+    significand = torch.bitwise_right_shift(significand, (shared - exponent).clamp(max=63))
+    remainder = significand & ((1 << _MANTISSA_SHIFT) - 1)
+    mantissa = significand >> _MANTISSA_SHIFT
+    round_up = (remainder > _TIE) | ((remainder == _TIE) & ((mantissa & 1) == 1))
+    mantissa = (mantissa + round_up.to(torch.int64)).clamp(max=127)
+    mantissa = torch.where((bits & 0x7FFFFFFF) == 0, torch.zeros_like(mantissa), mantissa)
+    negative = ((bits >> 31) == 1) & (mantissa > 0)
+    # value = mantissa * 2^(shared - 127 - 6); double keeps every step exact.
+    magnitude = mantissa.to(torch.float64) * torch.exp2(shared.to(torch.float64) - 133.0)
+    decoded = torch.where(negative, -magnitude, magnitude).to(torch.float32)
+    decoded = decoded.reshape(rows.shape)[:, :width]
+    return decoded.reshape(shape)
+
+
+def quantize(values: torch.Tensor, dtype: DataType) -> torch.Tensor:
+    """Values as the device would store them in `dtype` (floats returned as float32)."""
+    if dtype == DataType.FLOAT32:
+        return values.detach().to(torch.float32)
+    if dtype == DataType.BFLOAT16:
+        return values.detach().to(torch.bfloat16).to(torch.float32)
+    if dtype == DataType.BFLOAT8_B:
+        return quantize_bfloat8_b(values)
+    if dtype in (DataType.UINT32, DataType.INT32):
+        if values.is_floating_point():
+            values = torch.round(values)
+        out = values.detach().to(torch.int64)
+        if dtype == DataType.UINT32 and bool((out < 0).any()):
+            raise ValueError("uint32 tensor given negative values")
+        return out
+    raise TypeError(f"unsupported dtype {dtype}")
+
+
+def to_torch_dtype(dtype: DataType) -> torch.dtype:
+    """The torch dtype ttnn.to_torch returns for a device dtype."""
+    return {
+        DataType.FLOAT32: torch.float32,
+        DataType.BFLOAT16: torch.bfloat16,
+        DataType.BFLOAT8_B: torch.float32,
+        DataType.UINT32: torch.int32,
+        DataType.INT32: torch.int32,
+    }[dtype]

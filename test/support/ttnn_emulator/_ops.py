@@ -1,0 +1,662 @@
+"""Device ops of the emulator: torch math on the stored (already rounded) values.
+
+Numerics: inputs hold exactly what their dtype can hold (bfloat16, bfloat8_b); each op
+computes in float32 and rounds its output to the output dtype, as the device packs its
+results. Not modelled: reduced matmul fidelity (LoFi/HiFi2 drop low mantissa bits of one
+operand), bfloat16 accumulation when fp32_dest_acc_en is off, approximate SFPU functions.
+Those only a chip can show; the device tests measure them.
+
+Layout rules follow the device: matmul, linear, layer_norm, attention and the head
+split/concat need TILE; bfloat8_b exists only in TILE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from . import _numerics
+from ._runtime import Device, EmulatorError, Tensor, is_device_tensor
+from ._types import (
+    Conv2dConfig,
+    CoreGrid,
+    DataType,
+    Layout,
+    MemoryConfig,
+    SDPAProgramConfig,
+    TensorMemoryLayout,
+)
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": lambda x: F.gelu(x),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for an op parameter, for the compiled-program key."""
+    if isinstance(value, Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.layout, value.memory_config())
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def _launch(
+    name: str, tensors: Sequence[Tensor], params: dict[str, Any], compute: Callable[[], list[Tensor]]
+) -> list[Tensor]:
+    """Check placement, then run `compute` under the device's compile and trace rules."""
+    device: Device | None = None
+    for tensor in tensors:
+        if not isinstance(tensor, Tensor):
+            raise EmulatorError(f"{name}: expected a ttnn.Tensor, got {type(tensor).__name__}")
+        if tensor._device is None:
+            raise EmulatorError(f"{name}: {tensor!r} is on the host; device ops need device tensors")
+        if not tensor.is_allocated():
+            raise EmulatorError(f"{name}: {tensor!r} was deallocated")
+        if device is None:
+            device = tensor._device
+        elif tensor._device is not device:
+            raise EmulatorError(f"{name}: tensors on different devices")
+    assert device is not None
+    memory_config = params.get("memory_config")
+    if memory_config is not None and not isinstance(memory_config, MemoryConfig):
+        raise EmulatorError(f"{name}: memory_config must be a ttnn.MemoryConfig")
+    for tensor in tensors:
+        device.note_trace_input(tensor)
+    signature = (name, tuple(_freeze(t) for t in tensors), _freeze(params))
+    return device.run_op(name, signature, compute)
+
+
+def _require_tile(name: str, *tensors: Tensor | None) -> None:
+    for tensor in tensors:
+        if tensor is not None and tensor.layout != Layout.TILE:
+            raise EmulatorError(f"{name}: {tensor!r} must be in TILE layout")
+
+
+def _new(
+    values: torch.Tensor,
+    like: Tensor,
+    dtype: DataType | None = None,
+    layout: Layout | None = None,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    return Tensor(
+        values,
+        dtype or like.dtype,
+        layout or like.layout,
+        like._device,
+        memory_config or like.memory_config(),
+    )
+
+
+def _check_core_grid(device: Device, core_grid: CoreGrid | None, name: str) -> None:
+    if core_grid is not None:
+        device.check_grid((core_grid.x, core_grid.y), f"{name} core_grid")
+
+
+# matmul family ------------------------------------------------------------------------------
+def matmul(
+    input_tensor_a: Tensor,
+    input_tensor_b: Tensor,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    memory_config: MemoryConfig | None = None,
+    dtype: DataType | None = None,
+    program_config: Any = None,
+    activation: str | None = None,
+    compute_kernel_config: Any = None,
+    core_grid: CoreGrid | None = None,
+    **unused: Any,
+) -> Tensor:
+    return linear(
+        input_tensor_a,
+        input_tensor_b,
+        bias=None,
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+        memory_config=memory_config,
+        dtype=dtype,
+        program_config=program_config,
+        activation=activation,
+        compute_kernel_config=compute_kernel_config,
+        core_grid=core_grid,
+        _name="matmul",
+    )
+
+
+def linear(
+    input_tensor_a: Tensor,
+    input_tensor_b: Tensor,
+    *,
+    bias: Tensor | None = None,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    memory_config: MemoryConfig | None = None,
+    dtype: DataType | None = None,
+    program_config: Any = None,
+    activation: str | None = None,
+    compute_kernel_config: Any = None,
+    core_grid: CoreGrid | None = None,
+    _name: str = "linear",
+    **unused: Any,
+) -> Tensor:
+    """a @ b (+ bias) (+ activation); b is (..., K, N) as ttnn expects (torch weights transposed)."""
+    name = _name
+    _require_tile(name, input_tensor_a, input_tensor_b, bias)
+    if activation is not None and activation not in _ACTIVATIONS:
+        raise EmulatorError(f"{name}: unknown activation {activation!r}")
+    a_shape, b_shape = input_tensor_a.shape, input_tensor_b.shape
+    k_a = a_shape[-2] if transpose_a else a_shape[-1]
+    k_b = b_shape[-1] if transpose_b else b_shape[-2]
+    if k_a != k_b:
+        raise EmulatorError(f"{name}: inner dims differ: {list(a_shape)} x {list(b_shape)}")
+    n = b_shape[-2] if transpose_b else b_shape[-1]
+    if bias is not None and (bias.shape[-1] != n or bias.volume() != n):
+        raise EmulatorError(f"{name}: bias {list(bias.shape)} does not match output width {n}")
+    tensors = [input_tensor_a, input_tensor_b] + ([bias] if bias is not None else [])
+    _check_core_grid(tensors[0]._device, core_grid, name)
+
+    def compute() -> list[Tensor]:
+        a, b = input_tensor_a.read(), input_tensor_b.read()
+        if transpose_a:
+            a = a.transpose(-1, -2)
+        if transpose_b:
+            b = b.transpose(-1, -2)
+        out = torch.matmul(a, b)
+        if bias is not None:
+            out = out + bias.read().reshape(n)
+        if activation is not None:
+            out = _ACTIVATIONS[activation](out)
+        return [_new(out, input_tensor_a, dtype, Layout.TILE, memory_config)]
+
+    params = dict(
+        bias=bias is not None,
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+        dtype=dtype,
+        memory_config=memory_config,
+        program_config=program_config,
+        activation=activation,
+        compute_kernel_config=compute_kernel_config,
+        core_grid=core_grid,
+    )
+    return _launch(name, tensors, params, compute)[0]
+
+
+# normalisation and pointwise ----------------------------------------------------------------
+def layer_norm(
+    input_tensor: Tensor,
+    *,
+    epsilon: float = 1e-12,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    residual_input_tensor: Tensor | None = None,
+    memory_config: MemoryConfig | None = None,
+    program_config: Any = None,
+    compute_kernel_config: Any = None,
+    **unused: Any,
+) -> Tensor:
+    """LayerNorm over the last dim; weight/bias hold W values (e.g. shape (1, W))."""
+    _require_tile("layer_norm", input_tensor, weight, bias, residual_input_tensor)
+    width = input_tensor.shape[-1]
+    for param in (weight, bias):
+        if param is not None and param.volume() != width:
+            raise EmulatorError(f"layer_norm: parameter {list(param.shape)} does not hold {width} values")
+    tensors = [t for t in (input_tensor, weight, bias, residual_input_tensor) if t is not None]
+
+    def compute() -> list[Tensor]:
+        x = input_tensor.read()
+        if residual_input_tensor is not None:
+            x = x + residual_input_tensor.read()
+        w = weight.read().reshape(width) if weight is not None else None
+        b = bias.read().reshape(width) if bias is not None else None
+        return [_new(F.layer_norm(x, (width,), w, b, epsilon), input_tensor, memory_config=memory_config)]
+
+    params = dict(
+        epsilon=epsilon,
+        memory_config=memory_config,
+        program_config=program_config,
+        compute_kernel_config=compute_kernel_config,
+        weight=weight is not None,
+        bias=bias is not None,
+    )
+    return _launch("layer_norm", tensors, params, compute)[0]
+
+
+def _binary(
+    name: str,
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    a: Any,
+    b: Any,
+    dtype: DataType | None,
+    memory_config: MemoryConfig | None,
+) -> Tensor:
+    if not isinstance(a, Tensor):
+        a, b = b, a
+    tensors = [a] + ([b] if isinstance(b, Tensor) else [])
+    if isinstance(b, Tensor):
+        try:
+            torch.broadcast_shapes(tuple(a.shape), tuple(b.shape))
+        except RuntimeError as exc:
+            raise EmulatorError(
+                f"{name}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast"
+            ) from exc
+        if a.layout != b.layout:
+            raise EmulatorError(f"{name}: operands in different layouts")
+
+    def compute() -> list[Tensor]:
+        other = b.read() if isinstance(b, Tensor) else b
+        return [_new(fn(a.read(), other), a, dtype, memory_config=memory_config)]
+
+    scalar = None if isinstance(b, Tensor) else b
+    return _launch(name, tensors, dict(dtype=dtype, memory_config=memory_config, scalar=scalar), compute)[0]
+
+
+def add(
+    input_tensor_a: Any,
+    input_tensor_b: Any,
+    *,
+    dtype: DataType | None = None,
+    memory_config: MemoryConfig | None = None,
+    **unused: Any,
+) -> Tensor:
+    return _binary("add", torch.add, input_tensor_a, input_tensor_b, dtype, memory_config)
+
+
+def mul(
+    input_tensor_a: Any,
+    input_tensor_b: Any,
+    *,
+    dtype: DataType | None = None,
+    memory_config: MemoryConfig | None = None,
+    **unused: Any,
+) -> Tensor:
+    return _binary("mul", torch.mul, input_tensor_a, input_tensor_b, dtype, memory_config)
+
+
+def gelu(
+    input_tensor: Tensor,
+    *,
+    fast_and_approximate_mode: bool = False,
+    memory_config: MemoryConfig | None = None,
+    **unused: Any,
+) -> Tensor:
+    """Exact (erf) GELU; the approximate mode is recorded, not modelled."""
+
+    def compute() -> list[Tensor]:
+        return [_new(F.gelu(input_tensor.read()), input_tensor, memory_config=memory_config)]
+
+    params = dict(fast_and_approximate_mode=fast_and_approximate_mode, memory_config=memory_config)
+    return _launch("gelu", [input_tensor], params, compute)[0]
+
+
+def softmax(
+    input_tensor: Tensor, dim: int = -1, *, memory_config: MemoryConfig | None = None, **unused: Any
+) -> Tensor:
+    _require_tile("softmax", input_tensor)
+
+    def compute() -> list[Tensor]:
+        return [_new(torch.softmax(input_tensor.read(), dim=dim), input_tensor, memory_config=memory_config)]
+
+    return _launch("softmax", [input_tensor], dict(dim=dim, memory_config=memory_config), compute)[0]
+
+
+# data movement ------------------------------------------------------------------------------
+def _host_or_device(name: str, tensor: Tensor, params: dict[str, Any], make: Callable[[], Tensor]) -> Tensor:
+    """Data-movement ops also run on host tensors (no device rules then)."""
+    if tensor._device is None:
+        return make()
+    return _launch(name, [tensor], params, lambda: [make()])[0]
+
+
+def reshape(
+    input_tensor: Tensor, shape: Sequence[int], *, memory_config: MemoryConfig | None = None, **unused: Any
+) -> Tensor:
+    dims = tuple(int(d) for d in shape)
+    if math.prod(dims) != input_tensor.volume():
+        raise EmulatorError(f"reshape: {list(input_tensor.shape)} cannot become {list(dims)}")
+
+    def make() -> Tensor:
+        return _new(input_tensor.read().reshape(dims), input_tensor, memory_config=memory_config)
+
+    return _host_or_device("reshape", input_tensor, dict(shape=dims, memory_config=memory_config), make)
+
+
+def permute(
+    input_tensor: Tensor, dims: Sequence[int], *, memory_config: MemoryConfig | None = None, **unused: Any
+) -> Tensor:
+    order = tuple(int(d) for d in dims)
+    if sorted(d % len(order) for d in order) != list(range(input_tensor.shape.rank)):
+        raise EmulatorError(f"permute: {list(order)} is not a permutation of {input_tensor.shape.rank} dims")
+
+    def make() -> Tensor:
+        return _new(
+            input_tensor.read().permute(order).contiguous(), input_tensor, memory_config=memory_config
+        )
+
+    return _host_or_device("permute", input_tensor, dict(dims=order, memory_config=memory_config), make)
+
+
+def to_layout(
+    tensor: Tensor,
+    layout: Layout,
+    dtype: DataType | None = None,
+    memory_config: MemoryConfig | None = None,
+    **unused: Any,
+) -> Tensor:
+    """Tilize or untilize; a tensor already in `layout` comes back unchanged, as on the device."""
+    if layout == tensor.layout and (dtype is None or dtype == tensor.dtype):
+        return tensor
+    target = dtype or tensor.dtype
+    if target == DataType.BFLOAT8_B and layout != Layout.TILE:
+        raise EmulatorError("to_layout: bfloat8_b cannot be ROW_MAJOR; give dtype=ttnn.bfloat16")
+
+    def make() -> Tensor:
+        return _new(tensor.read(), tensor, target, layout, memory_config)
+
+    params = dict(layout=layout, dtype=dtype, memory_config=memory_config)
+    return _host_or_device("to_layout", tensor, params, make)
+
+
+def to_memory_config(
+    tensor: Tensor, memory_config: MemoryConfig, dtype: DataType | None = None, **unused: Any
+) -> Tensor:
+    from ._runtime import _check_memory_config
+
+    def make() -> Tensor:
+        out = _new(tensor.read(), tensor, dtype, memory_config=memory_config)
+        _check_memory_config(tensor._device, memory_config, out)
+        return out
+
+    return _launch(
+        "to_memory_config", [tensor], dict(memory_config=memory_config, dtype=dtype), lambda: [make()]
+    )[0]
+
+
+# attention ----------------------------------------------------------------------------------
+def split_query_key_value_and_split_heads(
+    input_tensor: Tensor,
+    kv_input_tensor: Tensor | None = None,
+    *,
+    num_heads: int,
+    num_kv_heads: int | None = None,
+    transpose_key: bool = True,
+    memory_config: MemoryConfig | None = None,
+    **unused: Any,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(B, S, 3*H*D) laid out [q | k | v] -> q, v (B, H, S, D) and k (B, H, D, S) or (B, H, S, D)."""
+    _require_tile("split_query_key_value_and_split_heads", input_tensor)
+    if kv_input_tensor is not None or num_kv_heads not in (None, num_heads):
+        raise EmulatorError(
+            "split_query_key_value_and_split_heads: only fused self-attention QKV is emulated"
+        )
+    batch, seq, width = input_tensor.shape
+    if width % (3 * num_heads):
+        raise EmulatorError(f"split_query_key_value_and_split_heads: width {width} not 3 x {num_heads} heads")
+    head_dim = width // (3 * num_heads)
+    if head_dim % 32:
+        raise EmulatorError(
+            f"split_query_key_value_and_split_heads: head dim {head_dim} is not a tile multiple"
+        )
+
+    def compute() -> list[Tensor]:
+        qkv = input_tensor.read().reshape(batch, seq, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = (qkv[i].contiguous() for i in range(3))
+        if transpose_key:
+            k = k.transpose(-1, -2).contiguous()
+        return [_new(t, input_tensor, memory_config=memory_config) for t in (q, k, v)]
+
+    params = dict(num_heads=num_heads, transpose_key=transpose_key, memory_config=memory_config)
+    q, k, v = _launch("split_query_key_value_and_split_heads", [input_tensor], params, compute)
+    return q, k, v
+
+
+def concatenate_heads(
+    input_tensor: Tensor, *, memory_config: MemoryConfig | None = None, **unused: Any
+) -> Tensor:
+    """(B, H, S, D) -> (B, S, H*D)."""
+    _require_tile("concatenate_heads", input_tensor)
+    batch, heads, seq, head_dim = input_tensor.shape
+
+    def compute() -> list[Tensor]:
+        out = input_tensor.read().permute(0, 2, 1, 3).reshape(batch, seq, heads * head_dim)
+        return [_new(out, input_tensor, memory_config=memory_config)]
+
+    return _launch("concatenate_heads", [input_tensor], dict(memory_config=memory_config), compute)[0]
+
+
+def scaled_dot_product_attention(
+    input_tensor_q: Tensor,
+    input_tensor_k: Tensor,
+    input_tensor_v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = True,
+    scale: float | None = None,
+    memory_config: MemoryConfig | None = None,
+    program_config: SDPAProgramConfig | None = None,
+    compute_kernel_config: Any = None,
+    **unused: Any,
+) -> Tensor:
+    """softmax(q k^T * scale) v over (B, H, S, D) tensors, with the chunking checks of the kernel."""
+    name = "scaled_dot_product_attention"
+    _require_tile(name, input_tensor_q, input_tensor_k, input_tensor_v, attn_mask)
+    q_shape, k_shape, v_shape = input_tensor_q.shape, input_tensor_k.shape, input_tensor_v.shape
+    if len(q_shape) != 4 or k_shape != v_shape or q_shape[:2] != k_shape[:2] or q_shape[3] != k_shape[3]:
+        raise EmulatorError(
+            f"{name}: shapes q {list(q_shape)}, k {list(k_shape)}, v {list(v_shape)} disagree"
+        )
+    if program_config is not None:
+        device = input_tensor_q._device
+        device.check_grid(program_config.compute_with_storage_grid_size, name)
+        for label, chunk, seq in (
+            ("q", program_config.q_chunk_size, q_shape[2]),
+            ("k", program_config.k_chunk_size, k_shape[2]),
+        ):
+            if chunk % 32 or seq % chunk:
+                raise EmulatorError(
+                    f"{name}: {label}_chunk_size {chunk} must be a tile multiple dividing {seq}"
+                )
+    scale_value = scale if scale is not None else q_shape[3] ** -0.5
+    tensors = [input_tensor_q, input_tensor_k, input_tensor_v] + (
+        [attn_mask] if attn_mask is not None else []
+    )
+
+    def compute() -> list[Tensor]:
+        q, k, v = input_tensor_q.read(), input_tensor_k.read(), input_tensor_v.read()
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale_value
+        if attn_mask is not None:
+            scores = scores + attn_mask.read()
+        if is_causal:
+            keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1), v)
+        return [_new(out, input_tensor_q, memory_config=memory_config)]
+
+    params = dict(
+        is_causal=is_causal,
+        scale=scale,
+        memory_config=memory_config,
+        program_config=program_config,
+        compute_kernel_config=compute_kernel_config,
+        mask=attn_mask is not None,
+    )
+    return _launch(name, tensors, params, compute)[0]
+
+
+# convolution and pooling --------------------------------------------------------------------
+def _pair(value: Sequence[int] | int) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    values = tuple(int(v) for v in value)
+    if len(values) == 4:  # (top, bottom, left, right)
+        if values[0] != values[1] or values[2] != values[3]:
+            raise EmulatorError("asymmetric padding is not emulated")
+        return values[0], values[2]
+    return values[0], values[1]
+
+
+def _nhwc(tensor: Tensor, batch: int, height: int, width: int, channels: int, name: str) -> torch.Tensor:
+    """A conv/pool input given as (1, 1, B*H*W, C) or (B, H, W, C), as NCHW values."""
+    if tensor.shape[-1] != channels or tensor.volume() != batch * height * width * channels:
+        raise EmulatorError(f"{name}: input {list(tensor.shape)} is not {batch}x{height}x{width}x{channels}")
+    return tensor.read().reshape(batch, height, width, channels).permute(0, 3, 1, 2)
+
+
+def _prepare_conv_weight(weight: Tensor, weights_dtype: DataType, device: Device) -> Tensor:
+    """Host (Cout, Cin, kh, kw) weights -> device weights; bfloat8_b blocks run along Cout, as
+    in the device's (kh*kw*Cin, Cout) matrix."""
+    device.forbid_host_io("conv2d weight preparation (pass the prepared weights back in)")
+    values = weight.read()
+    as_matrix = values.permute(2, 3, 1, 0)
+    rounded = _numerics.quantize(as_matrix, weights_dtype).permute(3, 2, 0, 1).contiguous()
+    prepared = Tensor(rounded, weights_dtype, Layout.TILE, device, quantized=True)
+    prepared.conv_weight_shape = tuple(values.shape)  # type: ignore[attr-defined]
+    return prepared
+
+
+def conv2d(
+    *,
+    input_tensor: Tensor,
+    weight_tensor: Tensor,
+    device: Device,
+    in_channels: int,
+    out_channels: int,
+    batch_size: int,
+    input_height: int,
+    input_width: int,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (1, 1),
+    padding: Sequence[int] = (0, 0),
+    dilation: Sequence[int] = (1, 1),
+    groups: int = 1,
+    dtype: DataType | None = None,
+    bias_tensor: Tensor | None = None,
+    conv_config: Conv2dConfig | None = None,
+    compute_config: Any = None,
+    memory_config: MemoryConfig | None = None,
+    slice_config: Any = None,
+    return_output_dim: bool = False,
+    return_weights_and_bias: bool = False,
+) -> Any:
+    """Conv over a flattened NHWC input; output (1, 1, B*Ho*Wo, Cout).
+
+    Host weights are prepared (a host write) on first use; pass the prepared ones returned with
+    return_weights_and_bias=True on later calls, which a trace capture requires.
+    """
+    name = "conv2d"
+    config = conv_config or Conv2dConfig()
+    if groups != 1:
+        raise EmulatorError("conv2d: grouped convolution is not emulated")
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    if not is_device_tensor(input_tensor):
+        raise EmulatorError("conv2d: the emulator needs the input on the device")
+    weight = weight_tensor
+    if weight._device is None:
+        if tuple(weight.shape) != (out_channels, in_channels, kh, kw):
+            raise EmulatorError(
+                f"conv2d: weight {list(weight.shape)} is not ({out_channels}, {in_channels}, {kh}, {kw})"
+            )
+        weight = _prepare_conv_weight(weight, config.weights_dtype or weight.dtype, device)
+    bias = bias_tensor
+    if bias is not None and bias._device is None:
+        if bias.volume() != out_channels:
+            raise EmulatorError(f"conv2d: bias {list(bias.shape)} does not hold {out_channels} values")
+        device.forbid_host_io("conv2d bias preparation")
+        bias = Tensor(bias.read().reshape(1, 1, 1, out_channels), DataType.BFLOAT16, Layout.TILE, device)
+    out_h = (input_height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (input_width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    tensors = [input_tensor, weight] + ([bias] if bias is not None else [])
+
+    def compute() -> list[Tensor]:
+        x = _nhwc(input_tensor, batch_size, input_height, input_width, in_channels, name)
+        b = bias.read().reshape(out_channels) if bias is not None else None
+        y = F.conv2d(x, weight.read(), b, (sh, sw), (ph, pw), (dh, dw))
+        y = y.permute(0, 2, 3, 1).reshape(1, 1, batch_size * out_h * out_w, out_channels)
+        return [Tensor(y, dtype or DataType.BFLOAT16, config.output_layout, device, memory_config)]
+
+    params = dict(
+        in_channels=in_channels,
+        out_channels=out_channels,
+        batch_size=batch_size,
+        h=input_height,
+        w=input_width,
+        k=(kh, kw),
+        s=(sh, sw),
+        p=(ph, pw),
+        d=(dh, dw),
+        dtype=dtype,
+        conv_config=conv_config,
+        compute_config=compute_config,
+        memory_config=memory_config,
+    )
+    output = _launch(name, tensors, params, compute)[0]
+    result: list[Any] = [output]
+    if return_output_dim:
+        result.append((out_h, out_w))
+    if return_weights_and_bias:
+        result.append((weight, bias))
+    return output if len(result) == 1 else tuple(result)
+
+
+def max_pool2d(
+    input_tensor: Tensor,
+    batch_size: int,
+    input_h: int,
+    input_w: int,
+    channels: int,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool = False,
+    *,
+    memory_config: MemoryConfig | None = None,
+    applied_shard_scheme: TensorMemoryLayout | None = None,
+    dtype: DataType = DataType.BFLOAT16,
+    output_layout: Layout = Layout.ROW_MAJOR,
+    **unused: Any,
+) -> Tensor:
+    """Max pool over a flattened NHWC input; output (1, 1, B*Ho*Wo, C)."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+
+    def compute() -> list[Tensor]:
+        x = _nhwc(input_tensor, batch_size, input_h, input_w, channels, "max_pool2d")
+        y = F.max_pool2d(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil_mode=ceil_mode)
+        out = y.permute(0, 2, 3, 1).reshape(1, 1, -1, channels)
+        return [Tensor(out, dtype, output_layout, input_tensor._device, memory_config)]
+
+    params = dict(
+        b=batch_size,
+        h=input_h,
+        w=input_w,
+        c=channels,
+        k=(kh, kw),
+        s=(sh, sw),
+        p=(ph, pw),
+        d=(dh, dw),
+        ceil_mode=ceil_mode,
+        memory_config=memory_config,
+        dtype=dtype,
+        output_layout=output_layout,
+    )
+    return _launch("max_pool2d", [input_tensor], params, compute)[0]
