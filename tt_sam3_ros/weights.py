@@ -128,15 +128,36 @@ def resolve_weights(
     """
     if weights_dir not in (None, ""):
         return inspect_local(Path(os.fspath(weights_dir)).expanduser())
+    if not model_id or not model_id.strip():
+        raise WeightsError(
+            f"model_id is empty: pass a Hugging Face repository ({DEFAULT_MODEL_ID!r}), "
+            f"{TINY_MODEL_ID!r}, or a local folder as weights_dir."
+        )
     if model_id == TINY_MODEL_ID:
         return ResolvedWeights("tiny", None, f"{TINY_MODEL_ID}: seeded RANDOM weights, meaningless output")
     if _looks_like_path(model_id):
         return inspect_local(Path(model_id).expanduser())
+    _check_repo_id(model_id)
     revision = revision or default_revision(model_id)
     cached = _from_hf_cache(model_id, revision, cache_dir)
     if cached is not None:
         return cached
     return _from_hub(model_id, revision, cache_dir)
+
+
+def _check_repo_id(model_id: str) -> None:
+    """Reject a malformed hub id before any lookup, with the reason and the expected form."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(model_id)
+    except HFValidationError as error:
+        raise WeightsError(
+            f"{model_id!r} is neither an existing local path nor a valid Hugging Face repository id "
+            f"(owner/name, e.g. {DEFAULT_MODEL_ID!r}): {error} Check the spelling, or pass a local "
+            "folder as weights_dir."
+        ) from error
 
 
 def _looks_like_path(model_id: str) -> bool:
@@ -980,6 +1001,26 @@ def _tokenizer_for(folder: Path) -> Any:
         ) from error
 
 
+def _config_beside(folder: Path) -> Sam3Config | None:
+    """The image model's config from a config.json next to the checkpoint, if there is one.
+
+    The hub's config.json may describe the video model (model_type "sam3_video"), which
+    nests the image model's config as ``detector_config``.
+    """
+    from transformers import Sam3Config, Sam3VideoConfig
+
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        return None
+    try:
+        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+        if model_type == "sam3_video":
+            return Sam3VideoConfig.from_pretrained(folder).detector_config
+        return Sam3Config.from_pretrained(folder)
+    except (OSError, ValueError, AttributeError) as error:
+        raise _corrupt(config_file, f"it is not a SAM 3 config ({error})") from error
+
+
 def _load_meta(resolved: ResolvedWeights, dtype: torch.dtype | None) -> LoadedModel:
     """Convert Meta's checkpoint in memory and hand it to from_pretrained (no random init).
 
@@ -990,11 +1031,7 @@ def _load_meta(resolved: ResolvedWeights, dtype: torch.dtype | None) -> LoadedMo
 
     checkpoint = resolved.path
     assert checkpoint is not None
-    config_file = checkpoint.parent / "config.json"
-    try:
-        config = Sam3Config.from_pretrained(checkpoint.parent) if config_file.is_file() else Sam3Config()
-    except (OSError, ValueError) as error:
-        raise _corrupt(config_file, f"it is not a SAM 3 config ({error})") from error
+    config = _config_beside(checkpoint.parent) or Sam3Config()
     converted = convert_meta_state_dict(read_meta_checkpoint(checkpoint), config, source=str(checkpoint))
     model, info = Sam3Model.from_pretrained(
         None, config=config, state_dict=converted, dtype=dtype, output_loading_info=True

@@ -24,7 +24,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from safetensors.torch import load_file, save_file
-from transformers import Sam3Config, Sam3Model
+from transformers import Sam3Config, Sam3Model, Sam3VideoConfig
 
 from tt_sam3_ros import weights
 from tt_sam3_ros.tiny_model import save_tiny_sam3, tiny_sam3_config
@@ -165,13 +165,16 @@ def test_transformers_folder_round_trip(
     assert loaded.tokenizer(prompt).input_ids == tokenizer(prompt).input_ids
 
 
-def test_hub_layout_with_detector_prefix_and_tracker_weights_loads(tmp_path, tiny_folder, tiny_model) -> None:
-    """facebook/sam3's model.safetensors keeps the image model under detector_model.* beside the tracker."""
+def test_hub_layout_video_config_detector_prefix_and_tracker_weights(tmp_path, tiny_model) -> None:
+    """The hub's layout: a sam3_video config.json nesting the image model's config, and weights
+    under detector_model.* beside the tracker's; Sam3Model takes its part and ignores the rest."""
     folder = save_tiny_sam3(tmp_path / "hub_layout")
+    Sam3VideoConfig(detector_config=tiny_sam3_config().to_dict()).save_pretrained(folder)
     state = {f"detector_model.{key}": value for key, value in load_file(folder / "model.safetensors").items()}
     state["tracker_model.memory_encoder.projection.weight"] = torch.zeros(2, 2)
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
 
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "sam3_video"
     assert_same_parameters(load_sam3(weights_dir=folder).model, tiny_model)
 
 
@@ -204,6 +207,12 @@ def test_meta_checkpoint_round_trip(
     assert not loaded.model.training
     assert_same_parameters(loaded.model, tiny_model)
     assert_same_outputs(run(loaded.model, fixed_inputs), reference_outputs)
+
+
+def test_meta_checkpoint_beside_a_video_config(tmp_path, meta_state, tiny_model) -> None:
+    folder = write_meta_folder(tmp_path / "meta_video", meta_state, with_config=False)
+    Sam3VideoConfig(detector_config=tiny_sam3_config().to_dict()).save_pretrained(folder)
+    assert_same_parameters(load_sam3(weights_dir=folder).model, tiny_model)
 
 
 def test_meta_checkpoint_by_file_path_and_unwrapped(tmp_path, meta_state, tiny_model) -> None:
@@ -561,3 +570,17 @@ def test_pinned_revision_is_a_full_commit_hash() -> None:
     assert len(SAM3_PINNED_REVISION) == 40 and int(SAM3_PINNED_REVISION, 16) >= 0
     assert weights.default_revision("facebook/sam3") == SAM3_PINNED_REVISION
     assert weights.default_revision("someone/sam3-finetune") is None
+
+
+def test_empty_model_id() -> None:
+    with pytest.raises(
+        WeightsError, match=r"model_id is empty: pass a Hugging Face repository \('facebook/sam3'\)"
+    ):
+        resolve_weights("")
+
+
+def test_malformed_model_id(monkeypatch) -> None:
+    """huggingface_hub rejects the id before any request; offline mode guards the rest."""
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(WeightsError, match=r"'not a repo!!' is neither an existing local path nor a valid"):
+        resolve_weights("not a repo!!")
