@@ -452,6 +452,7 @@ class Sam3Node(LifecycleNode):
             self._handle_frame,
             self._slot,
             self._on_engine_closed,
+            self.get_logger(),
         )
         self._worker = worker
         self.get_logger().info(f"configuring: {self._engine_request()}")
