@@ -66,6 +66,10 @@ class WeightsError(RuntimeError):
     """The weights cannot be found, fetched or read; the message says what to do about it."""
 
 
+class HubUnreachableError(WeightsError):
+    """The weights are not cached and the hub cannot be reached (offline, or no network)."""
+
+
 @dataclass(frozen=True)
 class ResolvedWeights:
     """Where the weights are, before anything heavy is loaded.
@@ -138,11 +142,20 @@ def resolve_weights(
     if _looks_like_path(model_id):
         return inspect_local(Path(model_id).expanduser())
     _check_repo_id(model_id)
-    revision = revision or default_revision(model_id)
-    cached = _from_hf_cache(model_id, revision, cache_dir)
+    pinned = revision or default_revision(model_id)
+    cached = _from_hf_cache(model_id, pinned, cache_dir)
     if cached is not None:
         return cached
-    return _from_hub(model_id, revision, cache_dir)
+    try:
+        return _from_hub(model_id, pinned, cache_dir)
+    except HubUnreachableError:
+        # Any new commit to the repository (a README edit) moves "main": a robot provisioned
+        # with a plain `hf download` must still start offline. Only for the default pin.
+        fallback = _from_hf_cache(model_id, None, cache_dir) if revision is None and pinned else None
+        if fallback is None:
+            raise
+        LOG.warning("%s is not cached; using the cached %s instead", f"{model_id}@{pinned}", fallback.source)
+        return fallback
 
 
 def _check_repo_id(model_id: str) -> None:
@@ -228,7 +241,6 @@ def _from_hf_cache(model_id: str, revision: str | None, cache_dir: Any) -> Resol
     from huggingface_hub import snapshot_download, try_to_load_from_cache
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    label = f"{model_id}@{revision or 'main'}"
     try:
         folder = snapshot_download(
             model_id,
@@ -240,6 +252,7 @@ def _from_hf_cache(model_id: str, revision: str | None, cache_dir: Any) -> Resol
     except (LocalEntryNotFoundError, OSError, ValueError):
         folder = None
     if isinstance(folder, str) and _is_transformers_folder(Path(folder)):
+        label = _cached_label(model_id, revision, Path(folder))
         return ResolvedWeights(
             "transformers", Path(folder), f"{label} from the Hugging Face cache ({folder})"
         )
@@ -247,10 +260,18 @@ def _from_hf_cache(model_id: str, revision: str | None, cache_dir: Any) -> Resol
         model_id, META_CHECKPOINT_NAME, cache_dir=cache_dir, revision=revision
     )
     if isinstance(checkpoint, str):
+        label = _cached_label(model_id, revision, Path(checkpoint).parent)
         return ResolvedWeights(
             "meta", Path(checkpoint), f"{label} {META_CHECKPOINT_NAME} from the Hugging Face cache"
         )
     return None
+
+
+def _cached_label(model_id: str, revision: str | None, snapshot: Path) -> str:
+    """repo@revision, plus the commit when the revision is a branch (snapshots are named by commit)."""
+    if revision == snapshot.name:
+        return f"{model_id}@{revision}"
+    return f"{model_id}@{revision or 'main'} (commit {snapshot.name})"
 
 
 def _is_transformers_folder(folder: Path) -> bool:
@@ -292,7 +313,7 @@ def _from_hub(model_id: str, revision: str | None, cache_dir: Any) -> ResolvedWe
             "HF_TOKEN."
         ) from error
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as error:
-        raise WeightsError(offline_message(model_id, revision)) from error
+        raise HubUnreachableError(offline_message(model_id, revision)) from error
     except (HfHubHTTPError, OSError) as error:
         raise WeightsError(
             f"downloading {model_id} from the Hugging Face hub failed ({error}). Check the network "

@@ -546,15 +546,21 @@ def test_cached_sam3_pt_is_used_when_the_transformers_files_are_not(
     assert (resolved.kind, resolved.path) == ("meta", snapshot / "sam3.pt")
 
 
-def test_cache_at_another_revision_is_not_the_pinned_one(monkeypatch, tmp_path) -> None:
+def test_cache_of_another_commit_is_only_a_fallback(monkeypatch, tmp_path, caplog) -> None:
+    """Offline, a plain `hf download` of a newer main is used with a warning; an explicit pin is strict."""
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
-    other = "0" * 40
-    save_tiny_sam3(fake_cache(tmp_path / "cache", other))
+    newer = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = save_tiny_sam3(fake_cache(tmp_path / "cache", newer))
 
+    with caplog.at_level("WARNING", logger="tt_sam3_ros.weights"):
+        resolved = resolve_weights(cache_dir=tmp_path / "cache")
+
+    assert (resolved.kind, resolved.path) == ("transformers", snapshot)
+    assert f"facebook/sam3@main (commit {newer})" in resolved.source
+    assert f"facebook/sam3@{SAM3_PINNED_REVISION} is not cached" in caplog.text
     with pytest.raises(WeightsError, match="not in the Hugging Face cache"):
-        resolve_weights(cache_dir=tmp_path / "cache")
-    assert resolve_weights(revision=other, cache_dir=tmp_path / "cache").kind == "transformers"
-    assert resolve_weights(revision="main", cache_dir=tmp_path / "cache").kind == "transformers"
+        resolve_weights(revision=SAM3_PINNED_REVISION, cache_dir=tmp_path / "cache")
+    assert resolve_weights(revision=newer, cache_dir=tmp_path / "cache").path == snapshot
 
 
 def test_explicit_weights_dir_never_consults_the_hub(monkeypatch, tiny_folder) -> None:
