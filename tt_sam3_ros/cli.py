@@ -58,11 +58,15 @@ def _run_segment(args: argparse.Namespace) -> int:
 
     from .overlay import draw_overlay
     from .preprocess import load_image
-    from .segmenter import Sam3Segmenter
+    from .prompts import validate_prompts
+    from .segmenter import Sam3Segmenter, check_settings
 
+    # Everything a user can get wrong is checked before the (slow) model load.
+    prompts = validate_prompts(args.prompt)
+    check_settings(args.threshold, args.max_instances)
+    rgb = load_image(args.image)
     if args.model == TINY_MODEL_ID:
         print(_RANDOM_WARNING, file=sys.stderr)
-    rgb = load_image(args.image)
     with Sam3Segmenter.from_pretrained(
         model_id=args.model,
         revision=args.revision,
@@ -71,7 +75,7 @@ def _run_segment(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
     ) as segmenter:
-        result = segmenter(rgb, args.prompt, threshold=args.threshold, max_instances=args.max_instances)
+        result = segmenter(rgb, prompts, threshold=args.threshold, max_instances=args.max_instances)
         details = segmenter.describe()
     args.out.mkdir(parents=True, exist_ok=True)
     overlay_path = args.out / f"{args.image.stem}_overlay.png"

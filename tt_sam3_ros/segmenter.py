@@ -120,7 +120,7 @@ class Sam3Segmenter:
         timing: dict[str, float] = {}
         with _timed(timing, "load"):
             prompts = validate_prompts(prompts, MAX_PROMPTS)
-            _check_settings(threshold, max_instances)
+            check_settings(threshold, max_instances)
             rgb = preprocess.load_image(image, self.max_image_side)
         with _timed(timing, "preprocess"):
             pixel_values = preprocess.to_model_input(rgb)
@@ -188,7 +188,8 @@ class Sam3Segmenter:
         )
 
 
-def _check_settings(threshold: float, max_instances: int) -> None:
+def check_settings(threshold: float, max_instances: int) -> None:
+    """Raise ValueError unless threshold is in [0, 1) and max_instances in 1..255."""
     if not 0.0 <= threshold < 1.0:
         raise ValueError(f"threshold must be in [0, 1), got {threshold}")
     if not 1 <= max_instances <= 255:

@@ -1,0 +1,75 @@
+"""`tt-sam3 segment` as a user runs it: files written, warnings shown, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+CLI = [sys.executable, "-m", "tt_sam3_ros.cli"]
+
+
+@pytest.fixture
+def picture(tmp_path: Path) -> Path:
+    rows, cols = np.mgrid[0:120, 0:160]
+    image = np.stack([rows * 2, cols, (rows + cols) % 256], axis=-1).astype(np.uint8)
+    path = tmp_path / "street.png"
+    Image.fromarray(image).save(path)
+    return path
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=180)
+
+
+def test_segment_writes_overlay_png_and_json(picture: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run(
+        "segment", str(picture), "--prompt", "car", "--prompt", "person",
+        "--model", "tiny-random", "--engine", "torch", "--threshold", "0", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "MEANINGLESS" in done.stderr
+    overlay = np.asarray(Image.open(out / "street_overlay.png"))
+    assert overlay.shape == (120, 160, 3)
+    assert not np.array_equal(overlay, np.asarray(Image.open(picture)))  # something was drawn
+    report = json.loads((out / "street.json").read_text())
+    assert report["prompts"] == ["car", "person"]
+    assert report["image_size"] == {"height": 120, "width": 160}
+    assert report["instances"] and [i["id"] for i in report["instances"]] == list(
+        range(1, len(report["instances"]) + 1)
+    )
+    assert {i["prompt"] for i in report["instances"]} <= {"car", "person"}
+    assert "meaningless" in report["warning"]
+    assert report["engine"]["engine"] == "torch"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt", " "], "empty or only whitespace"),
+        (["--prompt", "car", "--threshold", "2"], "threshold"),
+    ],
+)
+def test_bad_arguments_exit_2_with_the_reason(picture: Path, tmp_path: Path, args, message) -> None:
+    done = run("segment", str(picture), "--model", "tiny-random", "--out", str(tmp_path), *args)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_missing_image_is_reported_without_traceback(tmp_path: Path) -> None:
+    done = run("segment", str(tmp_path / "nope.png"), "--prompt", "car", "--model", "tiny-random")
+    assert done.returncode == 2
+    assert "nope.png" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_undecodable_image_is_reported(tmp_path: Path) -> None:
+    bogus = tmp_path / "bogus.jpg"
+    bogus.write_bytes(b"\xff\xd8\xff garbage")
+    done = run("segment", str(bogus), "--prompt", "car", "--model", "tiny-random")
+    assert done.returncode == 2 and "cannot decode" in done.stderr
