@@ -570,7 +570,7 @@ _RULES: tuple[_Rule, ...] = (
         },
     ),
     _Rule(
-        r"detr_decoder\.(?P<name>query_embed|reference_points|presence_token|ref_point_head)\.",
+        r"detr_decoder\.(?P<name>query_embed|reference_points|presence_token)\.",
         _DEC + "{name}.",
     ),
     _Rule(r"detr_decoder\.presence_layer_norm\.", f"{_DEC}presence_token_out_norm."),

@@ -258,6 +258,32 @@ def test_meta_layout_facts() -> None:
     assert meta_source("detr_decoder.box_head.layer3.weight", config).keys == (
         "transformer.decoder.bbox_embed.layers.2.weight",
     )
+    renamed = {
+        "detr_decoder.ref_point_head.layer1.bias": "transformer.decoder.ref_point_head.layers.0.bias",
+        "detr_decoder.presence_head.layer2.weight": "transformer.decoder.presence_token_head.layers.1.weight",
+        "detr_decoder.box_rpb_embed_y.layer2.bias": "transformer.decoder.boxRPB_embed_y.layers.1.bias",
+        "detr_decoder.layers.3.text_cross_attn_layer_norm.weight": (
+            "transformer.decoder.layers.3.catext_norm.weight"
+        ),
+        "detr_decoder.layers.3.vision_cross_attn_layer_norm.bias": "transformer.decoder.layers.3.norm1.bias",
+        "detr_decoder.layers.3.self_attn_layer_norm.bias": "transformer.decoder.layers.3.norm2.bias",
+        "geometry_encoder.layers.2.cross_attn.o_proj.bias": (
+            "geometry_encoder.encode.2.cross_attn_image.out_proj.bias"
+        ),
+        "geometry_encoder.prompt_layer_norm.weight": "geometry_encoder.norm.weight",
+        "text_encoder.text_model.encoder.layers.23.mlp.fc1.weight": (
+            "backbone.language_backbone.encoder.transformer.resblocks.23.mlp.c_fc.weight"
+        ),
+        "dot_product_scoring.query_proj.weight": "dot_prod_scoring.hs_proj.weight",
+        "mask_decoder.mask_embedder.layers.2.bias": (
+            "segmentation_head.mask_predictor.mask_embed.layers.2.bias"
+        ),
+        "vision_encoder.backbone.layers.7.attention.o_proj.weight": (
+            "backbone.vision_backbone.trunk.blocks.7.attn.proj.weight"
+        ),
+    }
+    for hf_key, meta_key in renamed.items():
+        assert meta_source(hf_key, config).keys[0] == meta_key, hf_key
     assert meta_source("text_encoder.text_projection.weight", config).transform == "transpose"
     assert meta_source("text_projection.bias", config).keys == ("backbone.language_backbone.resizer.bias",)
 
