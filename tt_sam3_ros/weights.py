@@ -19,6 +19,10 @@ the class-token row of the ViT position table) were read from transformers'
 Every failure a user can fix raises :class:`WeightsError` whose message says what to
 do. Importing this module downloads nothing and imports neither torch nor
 transformers: both are imported inside the functions that need them.
+
+This module reads no environment variable itself; huggingface_hub, which it calls,
+honours HF_HOME / HF_HUB_CACHE (where the cache is), HF_TOKEN (access to the gated
+repository) and HF_HUB_OFFLINE (never touch the network).
 """
 
 from __future__ import annotations
