@@ -5,8 +5,8 @@
 
 Frames go out as sensor_msgs/Image rgb8 on TOPIC (or, with --compressed, as JPEG
 sensor_msgs/CompressedImage on TOPIC/compressed), stamped with the time of sending,
-in a loop until Ctrl-C (--once: one pass). Watch the result with any image viewer on
-/sam3/overlay.
+in a loop until Ctrl-C (--once: one pass, started when a subscriber is there). Watch
+the result with any image viewer on /sam3/overlay.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=5.0, help="frames per second (default: 5)")
     parser.add_argument("--frame-id", default="camera", help="header.frame_id (default: camera)")
     parser.add_argument("--compressed", action="store_true", help="publish JPEG on TOPIC/compressed")
-    parser.add_argument("--once", action="store_true", help="stop after one pass instead of looping")
+    parser.add_argument(
+        "--once", action="store_true", help="one pass instead of looping, once a subscriber is there"
+    )
     args = parser.parse_args(argv)
     if not args.rate > 0:
         parser.error("--rate must be positive")
@@ -116,6 +118,12 @@ class ImagePublisher(Node):
 
     def _publish_next(self) -> None:
         if self.finished:
+            return
+        if self._args.once and self._publisher.get_subscription_count() == 0:
+            # One pass to nobody would be lost; a looping publisher just keeps going.
+            self.get_logger().info(
+                f"--once: waiting for a subscriber on {self._publisher.topic_name}", throttle_duration_sec=5.0
+            )
             return
         frame = self._next_frame()
         if frame is None:

@@ -228,21 +228,26 @@ def test_a_burst_is_answered_with_the_newest_frame_and_drops_are_counted(sam3: S
     ages_ms = [(sam3.arrivals[key] - key) / 1e6 for key in answered]
 
     def settled(status: dict[str, str]) -> bool:
-        received = int(status["frames_received"]) - int(before["frames_received"])
-        return received == len(sent)
+        # The newest frame was answered, so the worker is idle and the counts are final.
+        return int(status["frames_processed"]) - int(before["frames_processed"]) == len(answered)
 
     after = sam3.next_diagnostics(timeout_s=10.0, where=settled)
+    received = int(after["frames_received"]) - int(before["frames_received"])
     processed = int(after["frames_processed"]) - int(before["frames_processed"])
     dropped = int(after["frames_dropped"]) - int(before["frames_dropped"])
     processing_max_ms = float(after["processing_ms_max"])
     print(
-        f"\nburst: {len(sent)} sent in {(sent[-1] - sent[0]) / 1e9:.2f} s, {processed} processed, "
+        f"\nburst: {len(sent)} sent in {(sent[-1] - sent[0]) / 1e9:.2f} s, {received} received, "
+        f"{processed} processed, "
         f"{dropped} dropped; ages at the probe (ms) {[round(a) for a in ages_ms]}; node: age p50/p90/max "
         f"{after['output_age_ms_p50']}/{after['output_age_ms_p90']}/{after['output_age_ms_max']} ms, "
         f"processing p50/max {after['processing_ms_p50']}/{after['processing_ms_max']} ms"
     )
+    # Every frame that reached the node was either answered or counted as dropped. (A
+    # best-effort, depth-1 reader may also lose a frame inside DDS before the node sees it.)
     assert processed == len(answered)
-    assert dropped > 0 and processed + dropped == len(sent), (processed, dropped)
+    assert received <= len(sent)
+    assert dropped > 0 and processed + dropped == received, (received, processed, dropped)
     # Newest-frame-only: an answer waits at most for the frame in flight, then its own
     # processing. A queue would instead add one processing time per frame behind it
     # (tens of seconds by the end of this burst).
