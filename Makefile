@@ -11,6 +11,7 @@ export PYTHON ROS VENV
 
 PY := $(VENV)/bin/python
 SANDBOX := tools/ros_sandbox.sh
+LINTED := $(wildcard tt_sam3_ros test tools benchmarks launch setup.py)
 
 .PHONY: setup test lint run bench clean ttnn-env
 
@@ -18,8 +19,8 @@ setup:
 	@bash tools/bootstrap.sh
 
 lint: setup
-	$(PY) -m ruff check tt_sam3_ros test tools benchmarks launch setup.py
-	$(PY) -m ruff format --check tt_sam3_ros test tools benchmarks launch setup.py
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 
 # The real ttnn wheel (CPython 3.12, off-chip) for the API conformance check; seconds once made.
 ttnn-env:
@@ -36,4 +37,4 @@ bench: setup
 	$(SANDBOX) $(PY) -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) .venv-ttnn build .pytest_cache
