@@ -1,0 +1,167 @@
+"""Shapes of the image path, read once from the Hugging Face config.
+
+The device code works in *window order*: tokens sorted window by window (windows row-major,
+tokens row-major inside each window) instead of image rows. Windowed attention then needs no
+partition or un-partition per block, only a reshape, and global attention is unchanged
+because attention does not care about token order as long as the position terms (RoPE
+tables, absolute position embedding) are sorted the same way. The image goes back to row
+order once, before the neck. This needs the token grid to be a whole number of windows
+(72 = 3 x 24 for SAM 3); other grids are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+TILE = 32
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class ImagePathConfig:
+    """Dimensions of Sam3VisionModel as the device code needs them.
+
+    Attributes:
+        image_side: input side in pixels (1008).
+        patch: patch side in pixels (14).
+        grid: tokens per image side (72).
+        window: window side in tokens (24).
+        hidden: ViT width C (1024).
+        heads: attention heads H (16).
+        head_dim: D = C / H (64).
+        head_dim_padded: D rounded up to a tile (heads are zero-padded on the device when
+            D is not a multiple of 32, e.g. the tiny test model's 16).
+        intermediate: MLP width (4096).
+        layers: number of blocks (32).
+        global_layers: indexes of the blocks with global attention (7, 15, 23, 31).
+        eps: LayerNorm epsilon.
+        fpn_dim: neck output width (256).
+        scale_factors: neck scales (4, 2, 1, 0.5).
+    """
+
+    image_side: int
+    patch: int
+    grid: int
+    window: int
+    hidden: int
+    heads: int
+    head_dim: int
+    head_dim_padded: int
+    intermediate: int
+    layers: int
+    global_layers: tuple[int, ...]
+    eps: float
+    fpn_dim: int
+    scale_factors: tuple[float, ...]
+
+    @classmethod
+    def from_hf(cls, vision_config) -> ImagePathConfig:
+        backbone = vision_config.backbone_config
+        grid = backbone.image_size // backbone.patch_size
+        if grid % backbone.window_size:
+            raise ValueError(
+                f"token grid {grid} is not a whole number of {backbone.window_size}-token windows"
+            )
+        if backbone.hidden_act != "gelu":
+            raise ValueError(f"the device MLP implements gelu, the model uses {backbone.hidden_act}")
+        head_dim = backbone.hidden_size // backbone.num_attention_heads
+        return cls(
+            image_side=backbone.image_size,
+            patch=backbone.patch_size,
+            grid=grid,
+            window=backbone.window_size,
+            hidden=backbone.hidden_size,
+            heads=backbone.num_attention_heads,
+            head_dim=head_dim,
+            head_dim_padded=round_up(head_dim, TILE),
+            intermediate=backbone.intermediate_size,
+            layers=backbone.num_hidden_layers,
+            global_layers=tuple(backbone.global_attn_indexes),
+            eps=backbone.layer_norm_eps,
+            fpn_dim=vision_config.fpn_hidden_size,
+            scale_factors=tuple(float(s) for s in vision_config.scale_factors),
+        )
+
+    @property
+    def tokens(self) -> int:
+        return self.grid * self.grid
+
+    @property
+    def windows_per_side(self) -> int:
+        return self.grid // self.window
+
+    @property
+    def window_tokens(self) -> int:
+        return self.window * self.window
+
+    @property
+    def patch_features(self) -> int:
+        """Values per patch: 3 channels x patch x patch (588)."""
+        return 3 * self.patch * self.patch
+
+    def is_global(self, layer: int) -> bool:
+        return layer in self.global_layers
+
+
+def window_order(config: ImagePathConfig) -> torch.Tensor:
+    """Row-order token index at each window-order position: long (tokens,).
+
+    ``row_ordered[window_order(c)]`` sorts a (tokens, ...) tensor into window order.
+    """
+    n, w = config.windows_per_side, config.window
+    index = torch.arange(config.tokens).reshape(n, w, n, w)  # (window row, row in window, window col, col)
+    return index.permute(0, 2, 1, 3).reshape(-1)
+
+
+def patchify(pixel_values: torch.Tensor, config: ImagePathConfig) -> torch.Tensor:
+    """(1, 3, S, S) pixels -> (1, 1, tokens, 3*p*p) patches in window order.
+
+    Each patch is flattened channel, row, column: the order of the patch-embedding conv
+    weight flattened to (C, 3*p*p), so the conv becomes one matmul on the device.
+    """
+    p, g = config.patch, config.grid
+    patches = pixel_values.reshape(3, g, p, g, p).permute(1, 3, 0, 2, 4).reshape(config.tokens, -1)
+    return patches[window_order(config)].reshape(1, 1, config.tokens, config.patch_features)
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """Program choices made once per device, from its compute grid.
+
+    Attributes:
+        grid: (x, y) compute grid the ops may use (12x10 with Ethernet dispatch, else 11x10).
+        memory: where activations live (DRAM interleaved: correctness first; sharding the
+            activations in L1 is the next step, and only a chip can show it pays).
+        matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.
+        exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE rotation, norms).
+        attention_chunk: q/k chunk of the fused attention; 64 divides 576 and 5184 tokens.
+    """
+
+    grid: tuple[int, int]
+    memory: object
+    matmul_kernel: object
+    exact_kernel: object
+    attention_chunk: int = 64
+
+
+def device_settings(ttnn, device) -> DeviceSettings:
+    """DeviceSettings for an open device."""
+    grid = device.compute_with_storage_grid_size()
+    matmul = ttnn.WormholeComputeKernelConfig(
+        math_fidelity=ttnn.MathFidelity.HiFi2,
+        math_approx_mode=False,
+        fp32_dest_acc_en=True,
+        packer_l1_acc=True,
+    )
+    exact = ttnn.WormholeComputeKernelConfig(
+        math_fidelity=ttnn.MathFidelity.HiFi4,
+        math_approx_mode=False,
+        fp32_dest_acc_en=True,
+        packer_l1_acc=False,
+    )
+    return DeviceSettings((grid.x, grid.y), ttnn.DRAM_MEMORY_CONFIG, matmul, exact)

@@ -1,0 +1,203 @@
+"""transformers' Sam3ViTModel in TT-NN ops: patch embedding, position terms, the ViT blocks.
+
+Activations are bfloat16 TILE tensors of shape (1, tokens, C) in window order (config.py):
+a windowed block views them as (windows, 576, C) with a reshape, a global block as
+(1, 5184, C). Each function consumes (deallocates) the activation it is given, except the
+trace's input buffer, which must survive for the next frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import DeviceSettings, ImagePathConfig
+
+
+def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, rotation: Any, settings: DeviceSettings) -> Any:
+    """x * cos + rotate_pairwise(x) * sin on (B, H, S, Dp); rotate_pairwise as x @ R (weights.py)."""
+    rotated = ttnn.matmul(
+        heads, rotation, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
+    )
+    straight = ttnn.mul(heads, cos, memory_config=settings.memory)
+    turned = ttnn.mul(rotated, sin, memory_config=settings.memory)
+    ttnn.deallocate(rotated)
+    ttnn.deallocate(heads)
+    out = ttnn.add(straight, turned, memory_config=settings.memory)
+    ttnn.deallocate(straight)
+    ttnn.deallocate(turned)
+    return out
+
+
+def rope_attention(
+    ttnn: Any,
+    hidden: Any,
+    w: dict[str, Any],
+    rope: tuple[Any, Any, Any],
+    config: ImagePathConfig,
+    settings: DeviceSettings,
+    windowed: bool,
+) -> Any:
+    """Sam3ViTRoPEAttention on (1, tokens, C); attention within each window or over all tokens."""
+    batch, seq = (config.windows_per_side**2, config.window_tokens) if windowed else (1, config.tokens)
+    width = config.heads * config.head_dim_padded
+    qkv = ttnn.linear(
+        hidden,
+        w["qkv.weight"],
+        bias=w["qkv.bias"],
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+    qkv_batched = ttnn.reshape(qkv, (batch, seq, 3 * width))
+    query, key, value = ttnn.transformer.split_query_key_value_and_split_heads(
+        qkv_batched, num_heads=config.heads, transpose_key=False, memory_config=settings.memory
+    )
+    ttnn.deallocate(qkv_batched)
+    cos, sin, rotation = rope
+    query = apply_rope(ttnn, query, cos, sin, rotation, settings)
+    key = apply_rope(ttnn, key, cos, sin, rotation, settings)
+    program = ttnn.SDPAProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(*settings.grid),
+        q_chunk_size=settings.attention_chunk,
+        k_chunk_size=settings.attention_chunk,
+        exp_approx_mode=False,
+    )
+    context = ttnn.transformer.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        is_causal=False,
+        scale=config.head_dim**-0.5,
+        program_config=program,
+        compute_kernel_config=settings.exact_kernel,
+        memory_config=settings.memory,
+    )
+    for tensor in (query, key, value):
+        ttnn.deallocate(tensor)
+    merged = ttnn.transformer.concatenate_heads(context, memory_config=settings.memory)  # (batch, seq, H*Dp)
+    ttnn.deallocate(context)
+    merged_flat = ttnn.reshape(merged, (1, config.tokens, width))
+    out = ttnn.linear(
+        merged_flat,
+        w["o.weight"],
+        bias=w["o.bias"],
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+    ttnn.deallocate(merged_flat)
+    return out
+
+
+def vit_layer(
+    ttnn: Any,
+    x: Any,
+    w: dict[str, Any],
+    rope: tuple[Any, Any, Any],
+    config: ImagePathConfig,
+    settings: DeviceSettings,
+    windowed: bool,
+) -> Any:
+    """Sam3ViTLayer: x + attn(ln1(x)), then + mlp(ln2(.)); consumes x, returns (1, tokens, C)."""
+    normed = ttnn.layer_norm(
+        x,
+        epsilon=config.eps,
+        weight=w["ln1.weight"],
+        bias=w["ln1.bias"],
+        memory_config=settings.memory,
+        compute_kernel_config=settings.exact_kernel,
+    )
+    attended = rope_attention(ttnn, normed, w, rope, config, settings, windowed)
+    ttnn.deallocate(normed)
+    residual = ttnn.add(x, attended, memory_config=settings.memory)
+    ttnn.deallocate(x)
+    ttnn.deallocate(attended)
+    normed = ttnn.layer_norm(
+        residual,
+        epsilon=config.eps,
+        weight=w["ln2.weight"],
+        bias=w["ln2.bias"],
+        memory_config=settings.memory,
+        compute_kernel_config=settings.exact_kernel,
+    )
+    expanded = ttnn.linear(
+        normed,
+        w["fc1.weight"],
+        bias=w["fc1.bias"],
+        activation="gelu",
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+    ttnn.deallocate(normed)
+    projected = ttnn.linear(
+        expanded,
+        w["fc2.weight"],
+        bias=w["fc2.bias"],
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+    ttnn.deallocate(expanded)
+    out = ttnn.add(residual, projected, memory_config=settings.memory)
+    ttnn.deallocate(residual)
+    ttnn.deallocate(projected)
+    return out
+
+
+def vit_embeddings(
+    ttnn: Any, patches: Any, w: dict[str, Any], config: ImagePathConfig, settings: DeviceSettings
+) -> Any:
+    """Sam3ViTEmbeddings + the pre-norm: (1, 1, tokens, 3*p*p) patches -> (1, tokens, C).
+
+    Leaves `patches` (the trace's input buffer) allocated.
+    """
+    embedded = ttnn.linear(
+        patches,
+        w["patch_embed.weight"],
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+    embedded_flat = ttnn.reshape(embedded, (1, config.tokens, config.hidden))
+    positioned = ttnn.add(embedded_flat, w["pos_embed"], memory_config=settings.memory)
+    ttnn.deallocate(embedded_flat)
+    out = ttnn.layer_norm(
+        positioned,
+        epsilon=config.eps,
+        weight=w["ln_pre.weight"],
+        bias=w["ln_pre.bias"],
+        memory_config=settings.memory,
+        compute_kernel_config=settings.exact_kernel,
+    )
+    ttnn.deallocate(positioned)
+    return out
+
+
+def layer_weights(weights: dict[str, Any], index: int) -> dict[str, Any]:
+    """The weights of block `index`, without their "layers.{index}." prefix."""
+    prefix = f"layers.{index}."
+    return {name[len(prefix) :]: value for name, value in weights.items() if name.startswith(prefix)}
+
+
+def rope_for(weights: dict[str, Any], windowed: bool) -> tuple[Any, Any, Any]:
+    kind = "window" if windowed else "global"
+    return weights[f"rope.{kind}.cos"], weights[f"rope.{kind}.sin"], weights["rope.rotation"]
+
+
+def sam3_vit_model(
+    ttnn: Any,
+    patches: Any,
+    weights: dict[str, Any],
+    config: ImagePathConfig,
+    settings: DeviceSettings,
+    layers: range | None = None,
+) -> Any:
+    """Sam3ViTModel: patches -> (1, tokens, C) last hidden state, in window order."""
+    x = vit_embeddings(ttnn, patches, weights, config, settings)
+    for index in layers if layers is not None else range(config.layers):
+        windowed = not config.is_global(index)
+        x = vit_layer(
+            ttnn, x, layer_weights(weights, index), rope_for(weights, windowed), config, settings, windowed
+        )
+    return x
