@@ -7,6 +7,7 @@ headers, ids, masks, boxes, prompts, dropping and bad input is checked for real.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from helpers.sam3_client import (
     running_node,
     scene,
     stamp_now,
+    stop_node,
 )
 from rcl_interfaces.msg import ParameterType
 from ros_harness import spin_until
@@ -313,3 +315,10 @@ def test_diagnostics_describe_engine_state_and_timings(sam3: Sam3Client) -> None
 def test_logs_name_the_meaningless_model_loudly(sam3: Sam3Client) -> None:
     text = Path(sam3.log_path).read_text()
     assert "RANDOM weights" in text and "MEANINGLESS" in text
+
+
+def test_sigint_exits_0_after_releasing_the_engine(sam3: Sam3Client) -> None:
+    exit_code = stop_node(sam3.process, signal.SIGINT)
+    log = Path(sam3.log_path).read_text()
+    assert exit_code == 0, log_tail(sam3.log_path)
+    assert "engine released" in log

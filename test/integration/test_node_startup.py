@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.sam3_client import start_node
+from helpers.sam3_client import make_image, running_node, scene, stamp_now, start_node
 
 REPO = Path(__file__).resolve().parents[2]
 SAM3_NODE = Path(sys.executable).parent / "sam3_node"
@@ -68,3 +68,24 @@ def test_invalid_startup_parameters_stop_the_node_with_the_reason(
     assert exit_code == 1, log
     assert reason in log
     assert "Traceback" not in log
+
+
+def test_without_prompts_the_node_waits_and_says_how_to_set_them(tmp_path: Path) -> None:
+    # config/sam3.yaml leaves prompts unset: the first thing `make run MODEL=tiny-random` shows.
+    if not SAM3_NODE.exists():
+        pytest.skip(f"{SAM3_NODE} is not installed (pip install -e . makes it)")
+    program = [str(SAM3_NODE), "--ros-args", "--params-file", str(PARAMS_FILE)]
+    params = {"model_id": "tiny-random", "threshold": "0.0", "max_instances": "3"}
+    with running_node(params, tmp_path / "node.log", program) as sam3:
+        waiting = sam3.next_diagnostics(where=lambda s: s["state"] == "active")
+        assert waiting["_level"] == 1 and "ros2 param set /sam3 prompts" in waiting["_message"]
+        frame = make_image(scene(seed=1))
+        key = stamp_now(frame)
+        sam3.send(frame)
+        assert sam3.no_answer(key, wait_s=2.0)
+        counted = sam3.next_diagnostics(where=lambda s: int(s["frames_received"]) >= 1)
+        assert counted["frames_processed"] == "0"
+
+        assert sam3.set_parameter("prompts", ["bottle"]).successful
+        detections, _ = sam3.ask(make_image(scene(seed=2)))
+        assert [d.results[0].hypothesis.class_id for d in detections.detections] == ["bottle"] * 3
