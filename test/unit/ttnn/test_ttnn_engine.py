@@ -119,5 +119,7 @@ def test_whole_pipeline_decodes_from_chip_features(emulator, tiny_model, tokeniz
     want = host.decode(host.encode_image(pixels), host.encode_prompts(["car", "person"]))
     assert decoded.logits.shape == want.logits.shape and decoded.boxes.shape == want.boxes.shape
     assert masks.shape == (2, 288, 288)
-    assert pcc(torch.from_numpy(decoded.logits), torch.from_numpy(want.logits)) >= PCC_GATE
-    assert pcc(torch.from_numpy(decoded.boxes), torch.from_numpy(want.boxes)) >= PCC_GATE
+    logits_pcc = pcc(torch.from_numpy(decoded.logits), torch.from_numpy(want.logits))
+    boxes_pcc = pcc(torch.from_numpy(decoded.boxes), torch.from_numpy(want.boxes))
+    print(f"tiny model decoded from chip features: logits PCC {logits_pcc:.5f}, boxes PCC {boxes_pcc:.5f}")
+    assert logits_pcc >= PCC_GATE and boxes_pcc >= PCC_GATE

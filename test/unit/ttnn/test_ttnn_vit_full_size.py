@@ -17,7 +17,7 @@ import torch
 PCC_GATE = 0.99
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def full_size_vit():
     from transformers import Sam3ViTConfig
     from transformers.models.sam3.modeling_sam3 import Sam3ViTModel
@@ -49,15 +49,17 @@ def full_size_vit():
         pixels = torch.rand(1, 3, 1008, 1008) * 2 - 1
     finally:
         torch.random.set_rng_state(state)
-    return model, pixels
+    with torch.no_grad():
+        reference = model(pixel_values=pixels).last_hidden_state.reshape(5184, 1024)
+    return model, pixels, reference
 
 
-def test_full_size_windowed_block_matches_transformers(ttnn, full_size_vit):
+def _device_pcc(ttnn, model, pixels, reference) -> float:
+    """Run embeddings + block 0 on the emulated chip; PCC of the last hidden state vs `reference`."""
     from tt_sam3_ros.engines.ttnn_model import vit
     from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings, patchify, window_order
     from tt_sam3_ros.engines.ttnn_model.weights import prepare_vit, upload
 
-    model, pixels = full_size_vit
     vision = SimpleNamespace(
         backbone_config=model.config, fpn_hidden_size=256, scale_factors=[4.0, 2.0, 1.0, 0.5]
     )
@@ -73,9 +75,22 @@ def test_full_size_windowed_block_matches_transformers(ttnn, full_size_vit):
     window_ordered = ttnn.to_torch(out).float().reshape(config.tokens, config.hidden)
     ours = torch.empty_like(window_ordered)
     ours[window_order(config)] = window_ordered
-    with torch.no_grad():
-        theirs = model(pixel_values=pixels).last_hidden_state.reshape(config.tokens, config.hidden)
-    a, b = ours.flatten().double(), theirs.flatten().double()
-    pcc = float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+    a, b = ours.flatten().double(), reference.flatten().double()
+    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+
+
+def test_full_size_windowed_block_matches_transformers(ttnn, full_size_vit):
+    pcc = _device_pcc(ttnn, *full_size_vit)
     print(f"full-size ViT block (embeddings + windowed block 0), bfloat8_b weights: PCC {pcc:.5f}")
     assert pcc >= PCC_GATE, pcc
+
+
+def test_the_gate_catches_a_wrong_rope(ttnn, full_size_vit, monkeypatch):
+    """Negative control: the same run with RoPE turned the wrong way must fail the gate."""
+    from tt_sam3_ros.engines.ttnn_model import weights
+
+    right = weights.rotation_matrix
+    monkeypatch.setattr(weights, "rotation_matrix", lambda d, p: right(d, p).transpose(-1, -2))
+    pcc = _device_pcc(ttnn, *full_size_vit)
+    print(f"full-size ViT block with RoPE reversed (negative control): PCC {pcc:.5f}")
+    assert pcc < PCC_GATE, pcc
