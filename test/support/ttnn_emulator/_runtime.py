@@ -11,7 +11,8 @@ cause that the emulator turns into an error):
   until the trace is executed; a replay reads its inputs' current contents;
 - a replay overwrites every buffer allocated after the capture ended (the real trace reuses
   the addresses it freed), so such a buffer read after a replay raises;
-- one trace per device at a time: capturing again before release_trace fails.
+- one trace per device at a time: capturing again before release_trace fails;
+- open_device gives one command queue: cq_id other than 0 fails.
 """
 
 from __future__ import annotations
@@ -231,6 +232,12 @@ class Device:
         if not self._open:
             raise EmulatorError(f"device {self.device_id} is closed")
 
+    def check_queue(self, cq_id: int | None) -> None:
+        """open_device gives one command queue (0); a second needs a mesh opened with two."""
+        self.check_open()
+        if cq_id not in (None, 0):
+            raise EmulatorError(f"command queue {cq_id} does not exist: the device was opened with one (0)")
+
     def _register(self, tensor: Tensor) -> None:
         self.check_open()
         tensor.alloc_seq = next(self._seq)
@@ -343,11 +350,11 @@ def get_num_devices() -> int:
 
 
 def synchronize_device(device: Device, cq_id: int | None = None, sub_device_ids: Sequence[Any] = ()) -> None:
-    device.check_open()
+    device.check_queue(cq_id)
 
 
 def begin_trace_capture(device: Device, *, cq_id: int | None = 0) -> MeshTraceId:
-    device.check_open()
+    device.check_queue(cq_id)
     if device.trace_region_size <= 0:
         raise EmulatorError("begin_trace_capture: the device was opened without a trace_region_size")
     if device._trace is not None:
@@ -360,6 +367,7 @@ def begin_trace_capture(device: Device, *, cq_id: int | None = 0) -> MeshTraceId
 
 
 def end_trace_capture(device: Device, trace_id: MeshTraceId, *, cq_id: int | None = 0) -> None:
+    device.check_queue(cq_id)
     trace = device._trace
     if trace is None or trace.trace_id is not trace_id or not trace.capturing:
         raise EmulatorError("end_trace_capture: no capture in progress with this id")
@@ -371,6 +379,7 @@ def execute_trace(
     device: Device, trace_id: MeshTraceId, *, cq_id: int | None = 0, blocking: bool = True
 ) -> None:
     """Replay the captured ops on the current contents of their input buffers."""
+    device.check_queue(cq_id)
     trace = device._trace
     if trace is None or trace.trace_id is not trace_id or trace.capturing:
         raise EmulatorError("execute_trace: unknown, released or still-capturing trace")
@@ -572,6 +581,7 @@ def copy_host_to_device_tensor(host_tensor: Tensor, device_tensor: Tensor, cq_id
     device = device_tensor._device
     if device is None or host_tensor._device is not None:
         raise EmulatorError("copy_host_to_device_tensor: needs a host source and a device destination")
+    device.check_queue(cq_id)
     device.forbid_host_io("copy_host_to_device_tensor")
     if not device_tensor._allocated:
         raise EmulatorError(f"copy_host_to_device_tensor: {device_tensor!r} was deallocated")

@@ -303,6 +303,15 @@ def test_trace_rules(ttnn, device):
     ttnn.close_device(device)
 
 
+def test_only_command_queue_0_exists(ttnn, device):
+    with pytest.raises(ttnn.EmulatorError, match="command queue 1"):
+        ttnn.begin_trace_capture(device, cq_id=1)
+    buffer = ttnn.allocate_tensor_on_device(ttnn.Shape([32, 32]), ttnn.bfloat16, ttnn.TILE_LAYOUT, device)
+    host = ttnn.from_torch(torch.zeros(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    with pytest.raises(ttnn.EmulatorError, match="command queue 1"):
+        ttnn.copy_host_to_device_tensor(host, buffer, cq_id=1)
+
+
 def test_capture_needs_a_trace_region(ttnn):
     dev = ttnn.open_device(device_id=0)
     with pytest.raises(ttnn.EmulatorError, match="trace_region_size"):
