@@ -122,11 +122,15 @@ def patchify(pixel_values: torch.Tensor, config: ImagePathConfig) -> torch.Tenso
     """(1, 3, S, S) pixels -> (1, 1, tokens, 3*p*p) patches in window order.
 
     Each patch is flattened channel, row, column: the order of the patch-embedding conv
-    weight flattened to (C, 3*p*p), so the conv becomes one matmul on the device.
+    weight flattened to (C, 3*p*p), so the conv becomes one matmul on the device. One permute
+    does both the patching and the window ordering (it runs on the host every frame: ~20 ms
+    on 2 CPU cores for a 1008x1008 image, half the cost of patching then gathering).
     """
-    p, g = config.patch, config.grid
-    patches = pixel_values.reshape(3, g, p, g, p).permute(1, 3, 0, 2, 4).reshape(config.tokens, -1)
-    return patches[window_order(config)].reshape(1, 1, config.tokens, config.patch_features)
+    n, w, p = config.windows_per_side, config.window, config.patch
+    # pixel row = ((window row) * w + row in window) * p + row in patch; columns likewise.
+    cells = pixel_values.reshape(3, n, w, p, n, w, p)  # (c, wy, ty, ky, wx, tx, kx)
+    ordered = cells.permute(1, 4, 2, 5, 0, 3, 6)  # (wy, wx, ty, tx, c, ky, kx)
+    return ordered.reshape(1, 1, config.tokens, config.patch_features)
 
 
 @dataclass(frozen=True)
