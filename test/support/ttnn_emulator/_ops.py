@@ -330,7 +330,18 @@ def reshape(
         raise EmulatorError(f"reshape: {list(input_tensor.shape)} cannot become {list(dims)}")
 
     def make() -> Tensor:
-        return _new(input_tensor.read().reshape(dims), input_tensor, memory_config=memory_config)
+        # A view: same allocation (and allocation time) as the input (see Tensor).
+        view = Tensor(
+            input_tensor.read().reshape(dims),
+            input_tensor.dtype,
+            input_tensor.layout,
+            input_tensor._device,
+            memory_config or input_tensor.memory_config(),
+            quantized=True,
+            storage=input_tensor._storage,
+        )
+        view.alloc_seq = input_tensor.alloc_seq
+        return view
 
     return _host_or_device("reshape", input_tensor, dict(shape=dims, memory_config=memory_config), make)
 

@@ -80,8 +80,22 @@ def padded_dims(shape: Sequence[int], layout: Layout) -> tuple[int, ...]:
     return tuple(dims)
 
 
+class _Storage:
+    """A device allocation; views made by ttnn.reshape share their source's."""
+
+    __slots__ = ("alive",)
+
+    def __init__(self) -> None:
+        self.alive = True
+
+
 class Tensor:
-    """A host or device tensor: logical values (float32/int64 torch), dtype, layout, placement."""
+    """A host or device tensor: logical values (float32/int64 torch), dtype, layout, placement.
+
+    ``storage`` is shared with views (ttnn.reshape may return one): deallocating a view frees its
+    source and the other way round, so code that frees one and keeps using the other fails here
+    as it would corrupt data on a chip.
+    """
 
     def __init__(
         self,
@@ -91,6 +105,7 @@ class Tensor:
         device: Device | None = None,
         memory_config: MemoryConfig | None = None,
         quantized: bool = False,
+        storage: _Storage | None = None,
     ) -> None:
         if dtype == DataType.BFLOAT8_B and layout != Layout.TILE:
             raise EmulatorError("bfloat8_b needs TILE layout (its exponents are shared along tile face rows)")
@@ -99,7 +114,7 @@ class Tensor:
         self.layout = layout
         self._device = device
         self._memory_config = memory_config
-        self._allocated = True
+        self._storage = storage or _Storage()
         self.clobbered_by_replay = False
         self.alloc_seq = -1
         if device is not None:
@@ -127,7 +142,15 @@ class Tensor:
         return self._memory_config
 
     def is_allocated(self) -> bool:
-        return self._allocated
+        return self._storage.alive
+
+    @property
+    def _allocated(self) -> bool:
+        return self._storage.alive
+
+    @_allocated.setter
+    def _allocated(self, alive: bool) -> None:
+        self._storage.alive = alive
 
     def storage_type(self) -> str:
         return "DEVICE" if self._device is not None else "HOST"
@@ -388,7 +411,7 @@ def execute_trace(
             raise EmulatorError(f"execute_trace: trace input {tensor!r} was deallocated")
     device._replay_buffers = {id(o) for s in trace.steps for o in s.outputs}
     try:
-        _replay(trace)
+        _replay(device, trace)
     finally:
         device._replay_buffers = set()
     produced = {id(o) for s in trace.steps for o in s.outputs}
@@ -398,13 +421,13 @@ def execute_trace(
     device.replays += 1
 
 
-def _replay(trace: _Trace) -> None:
+def _replay(device: Device, trace: _Trace) -> None:
     for step in trace.steps:
         fresh = step.run()
         for target, value in zip(step.outputs, fresh, strict=True):
             target.write(value._values, quantized=True)
             target.clobbered_by_replay = False
-            value._allocated = False  # a scratch result of the replay, not a buffer of its own
+            device._live.discard(value)  # a scratch result of the replay, not a buffer of its own
 
 
 def release_trace(device: Device, trace_id: MeshTraceId) -> None:

@@ -239,6 +239,14 @@ def test_reshape_permute_and_layout_round_trip(ttnn, device):
         ttnn.reshape(t, (1, 5, 8))
 
 
+def test_a_reshape_is_a_view_of_its_input(ttnn, device):
+    source = _dev(ttnn, device, torch.randn(1, 64, 32))
+    view = ttnn.reshape(source, (2, 32, 32))
+    ttnn.deallocate(view)
+    with pytest.raises(ttnn.EmulatorError, match="deallocated"):
+        ttnn.add(source, 1.0)  # freeing the view freed the source's buffer
+
+
 # metal traces ------------------------------------------------------------------------------------
 def _path(ttnn, x, w):
     return ttnn.add(ttnn.matmul(x, w), 1.0)
