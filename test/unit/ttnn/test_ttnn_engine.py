@@ -106,20 +106,33 @@ def test_trace_replay_equals_eager(engine, emulator, sharp_model, tokenizer):
             assert torch.equal(a, b)
 
 
-def test_whole_pipeline_decodes_from_chip_features(emulator, tiny_model, tokenizer):
+def test_whole_pipeline_decodes_from_chip_features(emulator, tiny_model, tokenizer, segmenter, rgb_image):
+    """Until the prompt path moves to the chip, the host decodes the chip's features; the
+    segmenter on this engine finds what it finds on the torch engine."""
     from tt_sam3_ros.engines.torch_engine import TorchEngine
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
+    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     pixels = random_pixels(5)
+    prompts = ["car", "person"]
     with TtnnEngine(tiny_model, tokenizer, ttnn_module=emulator) as chip:
         chip.warmup()
-        decoded = chip.decode(chip.encode_image(pixels), chip.encode_prompts(["car", "person"]))
+        decoded = chip.decode(chip.encode_image(pixels), chip.encode_prompts(prompts))
         masks = chip.fetch_masks(decoded, np.array([0, 1]), np.array([3, 0]))
+        on_chip = Sam3Segmenter(chip)(rgb_image, prompts, threshold=0.0)
     host = TorchEngine(tiny_model, tokenizer, device="cpu", dtype="float32")
-    want = host.decode(host.encode_image(pixels), host.encode_prompts(["car", "person"]))
+    want = host.decode(host.encode_image(pixels), host.encode_prompts(prompts))
     assert decoded.logits.shape == want.logits.shape and decoded.boxes.shape == want.boxes.shape
     assert masks.shape == (2, 288, 288)
     logits_pcc = pcc(torch.from_numpy(decoded.logits), torch.from_numpy(want.logits))
     boxes_pcc = pcc(torch.from_numpy(decoded.boxes), torch.from_numpy(want.boxes))
     print(f"tiny model decoded from chip features: logits PCC {logits_pcc:.5f}, boxes PCC {boxes_pcc:.5f}")
     assert logits_pcc >= PCC_GATE and boxes_pcc >= PCC_GATE
+
+    on_host = segmenter(rgb_image, prompts, threshold=0.0)
+    assert len(on_chip.instances) == len(on_host.instances) > 0
+    chip_scores = sorted(i.score for i in on_chip.instances)
+    host_scores = sorted(i.score for i in on_host.instances)
+    assert np.allclose(chip_scores, host_scores, atol=0.02)
+    for prompt in prompts:
+        assert abs(on_chip.presence[prompt] - on_host.presence[prompt]) < 0.02

@@ -18,7 +18,10 @@ def _engine(ttnn, model, tokenizer, **kwargs):
 
 
 def test_prefers_ethernet_dispatch_and_the_full_grid(ttnn, tiny_model, tokenizer):
+    from tt_sam3_ros.engines.base import Engine
+
     with _engine(ttnn, tiny_model, tokenizer) as engine:
+        assert isinstance(engine, Engine)
         assert engine.settings.grid == (12, 10)
         assert "12x10 compute grid, ethernet dispatch" in engine.describe()["device"]
 
