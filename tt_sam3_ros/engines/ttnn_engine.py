@@ -38,6 +38,8 @@ WRITTEN_AGAINST_TTNN = "0.81.1"
 #: Device memory for the captured command stream of the image path. Not yet measured on a
 #: chip: DEVICE_VALIDATION.md asks for the size the capture reports.
 DEFAULT_TRACE_REGION = 64 * 1024 * 1024
+#: Tensix compute grid of a p150a with all 120 enabled cores computing (Ethernet dispatch).
+FULL_GRID = (12, 10)
 #: L1 reserved for conv2d's halo and config tensors.
 DEFAULT_L1_SMALL = 32 * 1024
 _DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
@@ -93,13 +95,20 @@ def open_blackhole(ttnn: Any, device_id: int, l1_small_size: int, trace_region_s
         except Exception as error:
             failures.append(f"{name} dispatch: {error}")
             continue
+        grid = device.compute_with_storage_grid_size()
         if failures:
-            grid = device.compute_with_storage_grid_size()
             LOG.warning(
                 "Ethernet dispatch unavailable (%s); using worker dispatch with a %dx%d compute grid",
                 failures[0],
                 grid.x,
                 grid.y,
+            )
+        elif (grid.x, grid.y) != FULL_GRID:
+            LOG.warning(
+                "Ethernet dispatch opened but the compute grid is %dx%d, not %dx%d",
+                grid.x,
+                grid.y,
+                *FULL_GRID,
             )
         return device, name
     raise EngineError(
