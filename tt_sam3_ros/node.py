@@ -28,6 +28,7 @@ Lifecycle (``autostart`` true runs configure and activate at start):
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 import threading
@@ -540,7 +541,7 @@ class Sam3Node(LifecycleNode):
             if worker is not None:
                 worker.stop()
                 if worker.is_alive():
-                    self.get_logger().info("releasing the engine (after the frame in flight)")
+                    self.get_logger().info("releasing the engine (once the work in flight is done)")
                 worker.join()
             for name in ("_detections_pub", "_mask_pub", "_overlay_pub", "_label_info_pub"):
                 publisher = getattr(self, name)
@@ -818,8 +819,7 @@ def main(args: list[str] | None = None) -> int:
     """
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    _handle_stop_signals(stop)
     node: Sam3Node | None = None
     exit_code = 0
     try:
@@ -843,6 +843,24 @@ def main(args: list[str] | None = None) -> int:
             node.destroy_node()
         rclpy.try_shutdown()
     return exit_code
+
+
+def _handle_stop_signals(stop: threading.Event) -> None:
+    """Make the first SIGINT/SIGTERM stop the node gracefully and a second one at once.
+
+    The first sets ``stop``: the frame or model load in flight finishes, then the device
+    is released. A second exits immediately, leaving the device to the driver's
+    process-exit cleanup, for a user who will not wait for a long model load.
+    """
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            rclpy.logging.get_logger(NODE_NAME).warning(f"second {signal.Signals(signum).name}: exiting now")
+            os._exit(130)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
 
 
 def _spin_until(node: Sam3Node, stop: threading.Event) -> None:

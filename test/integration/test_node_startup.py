@@ -6,6 +6,7 @@ These run the installed ``sam3_node`` console script with config/sam3.yaml, exac
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -104,3 +105,30 @@ def test_without_prompts_the_node_waits_and_says_how_to_set_them(tmp_path: Path)
         assert sam3.set_parameter("prompts", ["bottle"]).successful
         detections, _ = sam3.ask(make_image(scene(seed=2)))
         assert [d.results[0].hypothesis.class_id for d in detections.detections] == ["bottle"] * 3
+
+
+def _wait_for_log(log_path: Path, text: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log_path.read_text():
+        assert time.monotonic() < deadline, f"'{text}' never logged:\n{log_path.read_text()}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("signals", "exit_code"), [(1, 0), (2, 130)], ids=["one-signal", "two-signals"])
+def test_sigterm_while_configuring(tmp_path: Path, signals: int, exit_code: int) -> None:
+    """One SIGTERM lets the model load finish and releases it (exit 0); a second exits at once."""
+    log_path = tmp_path / "node.log"
+    process = start_node({"model_id": "tiny-random"}, log_path)
+    try:
+        _wait_for_log(log_path, "configuring:")
+        for _ in range(signals):
+            process.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+        assert process.wait(timeout=60) == exit_code, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log = log_path.read_text()
+    assert ("engine released" in log) == (signals == 1), log
+    assert "Traceback" not in log
