@@ -75,7 +75,7 @@ class Sam3Segmenter:
 
         loaded = load_sam3(model_id=model_id, revision=revision, weights_dir=weights_dir)
         if loaded.is_random:
-            LOG.warning("model %s has RANDOM weights: its output is meaningless", loaded.source)
+            LOG.warning("random weights loaded (%s)", loaded.source)
         runner = create_engine(engine, loaded.model, loaded.tokenizer, device=device, dtype=dtype)
         return cls(runner, max_image_side, model_description=loaded.source, is_random=loaded.is_random)
 
