@@ -288,6 +288,7 @@ def _is_transformers_folder(folder: Path) -> bool:
 
 def _from_hub(model_id: str, revision: str | None, cache_dir: Any) -> ResolvedWeights:
     """Download the transformers-format files; each hub failure becomes an actionable message."""
+    import httpx
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -317,6 +318,9 @@ def _from_hub(model_id: str, revision: str | None, cache_dir: Any) -> ResolvedWe
             "HF_TOKEN."
         ) from error
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as error:
+        raise HubUnreachableError(offline_message(model_id, revision)) from error
+    except httpx.TransportError as error:
+        # huggingface_hub 1.x lets httpx's connection errors through when there is no network.
         raise HubUnreachableError(offline_message(model_id, revision)) from error
     except (HfHubHTTPError, OSError) as error:
         raise WeightsError(

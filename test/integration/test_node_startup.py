@@ -51,11 +51,6 @@ def test_missing_weights_stop_make_run_with_the_actionable_message(tmp_path: Pat
     print(f"\nmissing weights: exit 1 after {elapsed:.1f} s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="weights.py lets httpx.ConnectError escape (huggingface_hub 1.x raises it with no network), "
-    "so the node logs a traceback instead of the actionable message; fix belongs in weights._from_hub",
-)
 def test_no_network_stops_make_run_with_the_actionable_message(tmp_path: Path) -> None:
     # A closed local port stands in for "no network": nothing leaves this machine.
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}

@@ -30,6 +30,7 @@ from tt_sam3_ros import weights
 from tt_sam3_ros.tiny_model import save_tiny_sam3, tiny_sam3_config
 from tt_sam3_ros.weights import (
     SAM3_PINNED_REVISION,
+    HubUnreachableError,
     WeightsError,
     convert_meta_state_dict,
     load_sam3,
@@ -525,6 +526,14 @@ def test_other_hub_failure(monkeypatch) -> None:
     with pytest.raises(
         WeightsError, match=r"downloading facebook/sam3 from the Hugging Face hub failed \(500"
     ):
+        resolve_weights()
+
+
+def test_no_network_is_the_offline_message(monkeypatch) -> None:
+    """huggingface_hub 1.x raises httpx's connection error when no network is reachable."""
+    request = httpx.Request("GET", "https://huggingface.co/api/models/facebook/sam3")
+    fake_hub(monkeypatch, httpx.ConnectError("[Errno 101] Network is unreachable", request=request))
+    with pytest.raises(HubUnreachableError, match="not in the Hugging Face cache"):
         resolve_weights()
 
 
