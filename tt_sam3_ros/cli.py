@@ -90,21 +90,25 @@ def _run_segment(args: argparse.Namespace) -> int:
 
 
 def _publish_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    # Listed here for `tt-sam3 --help`; main() hands its arguments, --help included, to
+    # publish_images.py, whose parser owns them.
+    subparsers.add_parser(
         "publish-images", help="publish a folder of images or a video as sensor_msgs/Image (no camera needed)"
     )
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help="see tt-sam3 publish-images --help")
 
 
-def _run_publish(args: argparse.Namespace) -> int:
+def _run_publish(argv: list[str]) -> int:
     from .publish_images import main as publish_main
 
-    return publish_main(args.rest) or 0
+    return publish_main(argv) or 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `tt-sam3` console script; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["publish-images"]:
+        return _run_publish(argv[1:])
     parser = argparse.ArgumentParser(prog="tt-sam3", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     _segment_parser(subparsers)
@@ -113,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from .engines.base import EngineError
 
     try:
-        if args.command == "segment":
-            return _run_segment(args)
-        return _run_publish(args)
+        return _run_segment(args)
     except (ValueError, EngineError, OSError) as error:
         print(f"tt-sam3: {error}", file=sys.stderr)
         return 2

@@ -73,3 +73,9 @@ def test_undecodable_image_is_reported(tmp_path: Path) -> None:
     bogus.write_bytes(b"\xff\xd8\xff garbage")
     done = run("segment", str(bogus), "--prompt", "car", "--model", "tiny-random")
     assert done.returncode == 2 and "cannot decode" in done.stderr
+
+
+def test_publish_images_help_is_its_own() -> None:
+    done = run("publish-images", "--help")
+    assert done.returncode == 0
+    assert "--rate" in done.stdout and "--topic" in done.stdout
