@@ -19,12 +19,11 @@ params file sets ``autostart: false``; then drive it with ``ros2 lifecycle set``
 from __future__ import annotations
 
 import yaml
+from launch import LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode
 from launch_ros.substitutions import FindPackageShare
-
-from launch import LaunchContext, LaunchDescription
 
 PACKAGE = "tt_sam3_ros"
 
