@@ -11,7 +11,7 @@ TorchEngine built over the same Sam3Model, which does encode_prompts, decode and
 or Tenstorrent's container), never a pip requirement of this package; it is imported when
 the engine is built, or injected (``ttnn_module=``), which is how tests run this engine on
 the torch-backed emulator in test/support. This code was written against ttnn 0.81.1 and
-has not yet run on a chip; see docs/ttnn.md and DEVICE_VALIDATION.md.
+has not yet run on a chip; see README.md ("The Blackhole (ttnn) engine") and DEVICE_VALIDATION.md.
 """
 
 from __future__ import annotations
