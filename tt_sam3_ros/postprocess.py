@@ -113,13 +113,28 @@ def upsample_window(logits: np.ndarray, out_size: tuple[int, int], rows: slice, 
 
     float32; each output is (w0*x00 + w1*x01)*h0 + (w0*x10 + w1*x11)*h1, so any window
     of the full result is bit-identical to the same window computed alone.
+
+    Separable: the column pass runs once per source row the window reads (about 1/3.75 of
+    the output rows for 288 -> 1080), and the row pass then only copies those rows out, so a
+    window costs a fraction of interpolating every output pixel from its four corners.
+    Every product and sum is the same float32 operation on the same operands, so the result
+    is bit-identical to the four-corner formula.
     """
     r0, r1, h0, h1 = (a[rows] for a in _axis_weights(out_size[0], logits.shape[0]))
     c0, c1, w0, w1 = (a[cols] for a in _axis_weights(out_size[1], logits.shape[1]))
-    top, bottom = logits[r0], logits[r1]
-    upper = top[:, c0] * w0 + top[:, c1] * w1
-    lower = bottom[:, c0] * w0 + bottom[:, c1] * w1
-    return upper * h0[:, None] + lower * h1[:, None]
+    first = int(r0[0])
+    band = logits[first : int(r1[-1]) + 1]
+    across = np.take(band, c0, axis=1)
+    across *= w0
+    right = np.take(band, c1, axis=1)
+    right *= w1
+    across += right
+    upper = np.take(across, r0 - first, axis=0)
+    upper *= h0[:, None]
+    lower = np.take(across, r1 - first, axis=0)
+    lower *= h1[:, None]
+    upper += lower
+    return upper
 
 
 def upsample_full(logits: np.ndarray, out_size: tuple[int, int]) -> np.ndarray:

@@ -82,6 +82,10 @@ def to_model_input(rgb: np.ndarray) -> np.ndarray:
 
     Resampled like Sam3Processor: bilinear with antialiasing on the uint8 image
     (torchvision rounds back to uint8), then x / 255 * 2 - 1 (mean 0.5, std 0.5).
+
+    The normalisation runs in numpy, on one thread and in place: the same float32 operations
+    as the processor's (so the same bits), without torch's thread pool, whose workers stall
+    when the cores are busy with other work, as a robot's are (`make bench`, host section).
     """
     import torch
     from torchvision.transforms.v2 import functional as tvf
@@ -93,5 +97,8 @@ def to_model_input(rgb: np.ndarray) -> np.ndarray:
     resized = tvf.resize(
         chw, [MODEL_SIDE, MODEL_SIDE], interpolation=tvf.InterpolationMode.BILINEAR, antialias=True
     )
-    pixels = (resized.to(torch.float32) * (1.0 / 255.0) - 0.5) / 0.5
-    return pixels.unsqueeze(0).numpy()
+    pixels = np.empty((1, 3, MODEL_SIDE, MODEL_SIDE), dtype=np.float32)
+    np.multiply(resized.numpy(), np.float32(1.0 / 255.0), out=pixels[0], dtype=np.float32)
+    pixels -= np.float32(0.5)
+    pixels /= np.float32(0.5)
+    return pixels

@@ -1,0 +1,91 @@
+"""Printing: the machine header and aligned tables, so every run reads the same way."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_bf16_support() -> str:
+    """Which bf16 matrix instructions the CPU has: they decide whether bf16 can pay off here."""
+    cpuinfo = Path("/proc/cpuinfo")
+    flags: set[str] = set()
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    found = [name for name in ("amx_bf16", "avx512_bf16") if name in flags]
+    return ", ".join(found) if found else "none (bf16 is emulated)"
+
+
+def machine_lines() -> list[str]:
+    """CPU, cores, torch threads, bf16 instructions, accelerator and library versions."""
+    import torch
+    import transformers
+
+    accelerator = "none"
+    if torch.cuda.is_available():
+        accelerator = torch.cuda.get_device_name(0)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    return [
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
+        f"bf16 instructions: {cpu_bf16_support()}, CUDA: {accelerator}",
+        f"software: python {platform.python_version()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; load average at start {load} "
+        "(other processes on these cores slow every number)",
+    ]
+
+
+def progress(text: str) -> None:
+    """What a long run is doing now, on stderr so the tables on stdout stay clean."""
+    print(f"  [{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def title(text: str) -> None:
+    """A section heading."""
+    print(f"\n== {text} ==", flush=True)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print rows under headers, columns padded to their widest cell."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for index, row in enumerate(cells):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+    print(flush=True)
+
+
+def ms(seconds: float) -> str:
+    """Seconds as milliseconds with sensible precision."""
+    value = seconds * 1000.0
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def median_time(run: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of ``run`` in seconds, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        run()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)

@@ -1,0 +1,190 @@
+"""Stream section: frames at 30 Hz into the real node, whose model is slower than the frame period.
+
+The node runs in its own process (benchmarks.slow_node: the tiny random model plus a fixed
+sleep per image). This process plays the camera, publishing rgb8 frames stamped with the
+time of publishing, and a consumer: output age is the arrival time of each Detection2DArray
+minus its stamp, which the node copies from the input frame. A node that queued frames
+would show ages growing frame after frame; one that keeps only the newest frame shows flat
+ages of about one model latency plus up to one frame period, and counts the frames it drops.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import IO
+
+import numpy as np
+
+from . import report, scenes
+
+FRAME_RATE_HZ = 30.0
+FRAMES = 100
+IMAGE_SIZE = (480, 640)
+#: Sleep added to every image on top of the tiny model's own time.
+EXTRA_SECONDS = 0.05
+STARTUP_TIMEOUT_S = 120.0
+#: Longest wait, after the last frame, for the node to account for every frame it received.
+DRAIN_TIMEOUT_S = 60.0
+#: Diagnostics counters that together account for every frame the node received.
+FATES = ("frames_processed", "frames_dropped", "frames_rejected", "engine_errors")
+
+
+def start_node(extra_seconds: float, log: IO[str]) -> subprocess.Popen[str]:
+    """The slowed node in its own process, tiny random model, fp32 on the CPU, one prompt.
+
+    Its output goes to ``log``, a file: a pipe nobody reads while frames flow could fill and block it.
+    """
+    args = [
+        sys.executable, "-m", "benchmarks.slow_node", str(extra_seconds), "--ros-args",
+        "-p", "model_id:=tiny-random", "-p", "engine:=torch", "-p", "device:=cpu",
+        "-p", "dtype:=float32", "-p", "prompts:=['car']", "-p", "publish_overlay:=false",
+    ]  # fmt: skip
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+
+
+def stop_node(process: subprocess.Popen[str], log: IO[str]) -> str:
+    """SIGINT (the node shuts down through its lifecycle), then SIGKILL; returns its output."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log.seek(0)
+    return log.read()
+
+
+class Camera:
+    """Publishes frames at a fixed rate and records every detection message's age."""
+
+    def __init__(self, context: object, rgb: np.ndarray) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image
+        from vision_msgs.msg import Detection2DArray
+
+        self.node = rclpy.create_node("stream_bench_camera", context=context)
+        self.publisher = self.node.create_publisher(Image, "image", qos_profile_sensor_data)
+        self.node.create_subscription(Detection2DArray, "/sam3/detections", self._on_detections, 10)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.frame = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3)
+        self.frame.data = rgb.tobytes()
+        self.frame.header.frame_id = "camera"
+        self.sent = 0
+        self.last_sent_at = 0.0
+        self.ages_ms: list[float] = []
+        self.diagnostics: dict[str, str] = {}
+        self.diagnostics_at = 0.0
+
+    def publish(self) -> None:
+        self.frame.header.stamp = self.node.get_clock().now().to_msg()
+        self.publisher.publish(self.frame)
+        self.sent += 1
+        self.last_sent_at = time.monotonic()
+
+    def all_accounted(self) -> bool:
+        """Whether diagnostics newer than the last frame account for every frame the node received.
+
+        Best-effort transport may lose frames before the node sees them; those never count.
+        """
+        fates = [self.diagnostics.get(key, "") for key in (*FATES, "frames_received")]
+        if self.diagnostics_at < self.last_sent_at + 0.5 or not all(f.isdigit() for f in fates):
+            return False
+        *outcomes, received = (int(f) for f in fates)
+        return sum(outcomes) >= received
+
+    def _on_detections(self, msg: object) -> None:
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self.ages_ms.append((self.node.get_clock().now().nanoseconds - stamp_ns) / 1e6)
+
+    def _on_diagnostics(self, msg: object) -> None:
+        for status in msg.status:
+            if status.name.startswith("sam3"):
+                self.diagnostics = {kv.key: kv.value for kv in status.values}
+                self.diagnostics_at = time.monotonic()
+
+
+def run_stream(camera: Camera, executor: object) -> None:
+    """Wait for the node's subscription, publish FRAMES at FRAME_RATE_HZ, then drain outputs."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while camera.publisher.get_subscription_count() == 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the node did not subscribe to /image in time")
+        executor.spin_once(timeout_sec=0.1)
+    executor.spin_once(timeout_sec=0.5)  # let discovery settle both ways
+    period = 1.0 / FRAME_RATE_HZ
+    next_at = time.monotonic()
+    while camera.sent < FRAMES:
+        if time.monotonic() >= next_at:
+            camera.publish()
+            next_at += period
+        executor.spin_once(timeout_sec=max(0.0, next_at - time.monotonic()))
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while not camera.all_accounted() and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.05)
+
+
+def main(quick: bool) -> None:
+    """Print output-age percentiles, first vs last quartile, drops and the model's own latency."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    report.title(
+        f"stream: frames at {FRAME_RATE_HZ:.0f} Hz into the node, model slower than the frame period"
+    )
+    with tempfile.TemporaryFile("w+") as log:
+        process = start_node(EXTRA_SECONDS, log)
+        context = rclpy.context.Context()
+        rclpy.init(context=context)
+        camera = Camera(context, scenes.picture(*IMAGE_SIZE))
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(camera.node)
+        try:
+            run_stream(camera, executor)
+        finally:
+            executor.shutdown()
+            camera.node.destroy_node()
+            rclpy.shutdown(context=context)
+            output = stop_node(process, log)
+    if not camera.ages_ms:
+        raise RuntimeError(
+            f"the node published no detections; diagnostics {camera.diagnostics}; log:\n{output}"
+        )
+    print_results(camera)
+
+
+def print_results(camera: Camera) -> None:
+    """The age table, the quartile comparison and the node's own counters."""
+    ages = np.array(camera.ages_ms)
+    quarter = max(1, len(ages) // 4)
+    first, last = np.median(ages[:quarter]), np.median(ages[-quarter:])
+    diag = camera.diagnostics
+    latency = float(diag.get("processing_ms_p50") or "nan")
+    processing = [diag.get(f"processing_ms_{k}", "?") for k in ("p50", "p90", "max")]
+    height, width = IMAGE_SIZE
+    print(
+        "node process: tiny random model, fp32 cpu, 1 prompt, "
+        f"+{EXTRA_SECONDS * 1000:.0f} ms sleep per image; "
+        f"{camera.sent} frames {width}x{height} rgb8 at {FRAME_RATE_HZ:.0f} Hz, best effort, depth 1"
+    )
+    p50, p90, p99 = np.percentile(ages, [50, 90, 99])
+    rows = [
+        ["frames sent / received by the node", f"{camera.sent} / {diag.get('frames_received', '?')}"],
+        ["outputs / dropped by the node", f"{len(ages)} / {diag.get('frames_dropped', '?')}"],
+        ["model: node processing time per frame p50 / p90 / max ms", " / ".join(processing)],
+        ["output age p50 / p90 / p99 / max ms", f"{p50:.1f} / {p90:.1f} / {p99:.1f} / {ages.max():.1f}"],
+        ["output age p50 / model time p50", f"{p50 / latency:.2f}x"],
+        ["output age median, first vs last quarter of outputs ms", f"{first:.1f} vs {last:.1f}"],
+    ]
+    report.table(["stream of frames", "value"], rows)
+    print(
+        "age: arrival of /sam3/detections minus the input stamp (ms); model ms: the node's own "
+        "processing time per frame (diagnostics processing_ms_p50)."
+    )
