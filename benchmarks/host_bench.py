@@ -12,8 +12,14 @@ full-size masks.
 
 from __future__ import annotations
 
+import os
 import statistics
-from collections.abc import Callable
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -71,77 +77,135 @@ def median_ms(run: Callable[[], object], repeats: int) -> float:
     return report.median_time(run, repeats) * 1000.0
 
 
-def main(quick: bool) -> None:
-    """Print the host table: per-step milliseconds, ours vs naive, and the totals."""
-    from tt_sam3_ros import messages
-    from tt_sam3_ros.overlay import draw_overlay
+@dataclass
+class Frame:
+    """One frame's inputs and the canned model output behind it."""
 
-    settings = QUICK if quick else FULL
-    height, width = settings["size"]
-    count, repeats = settings["instances"], settings["repeats"]
+    rgb: np.ndarray
+    msg: object
+    bgr_msg: object
+    engine: CannedEngine
+    count: int
+
+
+def make_frame(height: int, width: int, count: int) -> Frame:
+    """A camera frame (rgb8 and bgr8 messages) and ``count`` instances' mask logits."""
     rgb = scenes.picture(height, width)
-    engine = CannedEngine(scenes.instance_logits(count))
-    segmenter = Sam3Segmenter(engine)
-    msg, bgr_msg = rgb8_message(rgb), bgr8_message(rgb)
-    header = msg.header
-    view = messages.image_to_rgb(msg)
+    return Frame(
+        rgb, rgb8_message(rgb), bgr8_message(rgb), CannedEngine(scenes.instance_logits(count)), count
+    )
 
+
+def measure(frame: Frame, repeats: int) -> dict[str, float]:
+    """Median milliseconds of every host step for ``frame``, ours and naive."""
+    from tt_sam3_ros import messages
+
+    segmenter = Sam3Segmenter(frame.engine)
+    view = messages.image_to_rgb(frame.msg)
+    header = frame.msg.header
     stage_samples: dict[str, list[float]] = {}
     for _ in range(repeats + 1):
         timing = segmenter(view, ["car"]).timing_ms
         for stage in HOST_STAGES:
             stage_samples.setdefault(stage, []).append(timing[stage])
-    stages = {stage: statistics.median(samples[1:]) for stage, samples in stage_samples.items()}
+    times = {stage: statistics.median(samples[1:]) for stage, samples in stage_samples.items()}
     result = segmenter(view, ["car"])
-    assert len(result.instances) == count, "the canned outputs must give every instance"
-    labels = result.instance_mask()
-    np.testing.assert_array_equal(labels, naive_postprocess(engine, (height, width), 0.5))
-
-    decode_rgb8 = median_ms(lambda: messages.image_to_rgb(msg), repeats)
-    decode_bgr8 = median_ms(lambda: messages.image_to_rgb(bgr_msg), repeats)
-    instance_mask = median_ms(result.instance_mask, repeats)
-    out_messages = (
-        median_ms(
-            lambda: (
-                messages.result_to_detections(result, header),
-                messages.instance_mask_to_image(result.instance_mask(), header),
-            ),
-            repeats,
-        )
-        - instance_mask
+    times["decode_rgb8"] = median_ms(lambda: messages.image_to_rgb(frame.msg), repeats)
+    times["decode_bgr8"] = median_ms(lambda: messages.image_to_rgb(frame.bgr_msg), repeats)
+    times["instance_mask"] = median_ms(result.instance_mask, repeats)
+    both = median_ms(
+        lambda: (
+            messages.result_to_detections(result, header),
+            messages.instance_mask_to_image(result.instance_mask(), header),
+        ),
+        repeats,
     )
-    naive = median_ms(lambda: naive_postprocess(engine, (height, width), 0.5), repeats)
-    overlay = median_ms(lambda: draw_overlay(rgb, result), max(3, repeats // 5))
+    times["messages"] = both - times["instance_mask"]
+    times["naive"] = median_ms(lambda: naive_postprocess(frame.engine, frame.rgb.shape[:2], 0.5), repeats)
+    times["ours_post"] = times["load"] + times["postprocess"] + times["instance_mask"]
+    shared = times["decode_rgb8"] + times["preprocess"] + times["messages"]
+    times["ours_total"] = shared + times["ours_post"]
+    times["naive_total"] = shared + times["naive"]
+    return times
 
-    ours_post = stages["load"] + stages["postprocess"] + instance_mask
-    ours_total = decode_rgb8 + stages["preprocess"] + ours_post + out_messages
-    naive_total = decode_rgb8 + stages["preprocess"] + naive + out_messages
-    area = np.mean([instance.area for instance in result.instances]) / (height * width) * 100
+
+@contextmanager
+def busy_cores() -> Iterator[int]:
+    """One spinning process per core for the duration: the CPU as a robot's other work leaves it."""
+    count = os.cpu_count() or 1
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5)
+        yield count
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def check_labels(frame: Frame) -> float:
+    """Our crop-wise labels equal the naive full-upsample labels; returns the mean instance area (%)."""
+    from tt_sam3_ros import messages
+
+    result = Sam3Segmenter(frame.engine)(messages.image_to_rgb(frame.msg), ["car"])
+    assert len(result.instances) == frame.count, "the canned outputs must give every instance"
+    np.testing.assert_array_equal(
+        result.instance_mask(), naive_postprocess(frame.engine, frame.rgb.shape[:2], 0.5)
+    )
+    height, width = frame.rgb.shape[:2]
+    return float(np.mean([instance.area for instance in result.instances]) / (height * width) * 100)
+
+
+def main(quick: bool) -> None:
+    """Print the host table: per-step milliseconds, ours vs naive, idle and with the cores busy."""
+    from tt_sam3_ros.overlay import draw_overlay
+
+    settings = QUICK if quick else FULL
+    height, width = settings["size"]
+    repeats = settings["repeats"]
+    frame = make_frame(height, width, settings["instances"])
+    area = check_labels(frame)
+    columns = {"idle": measure(frame, repeats)}
+    if not quick:  # the smoke run must not load a machine that runs other tests
+        with busy_cores() as spinners:
+            columns[f"{spinners} cores busy"] = measure(frame, repeats)
+    result = Sam3Segmenter(frame.engine)(frame.rgb, ["car"])
+    overlay = median_ms(lambda: draw_overlay(frame.rgb, result), max(3, repeats // 5))
+
     report.title("host: our work per frame besides the model")
     print(
-        f"frame {width}x{height} rgb8, {count} instances (mean area {area:.1f}% of the frame) among 200 "
-        f"queries, 1 prompt; median of {repeats}; torch threads {torch.get_num_threads()}"
+        f"frame {width}x{height} rgb8, {frame.count} instances (mean area {area:.1f}% of the frame) among "
+        f"200 queries, 1 prompt; median of {repeats}; torch threads {torch.get_num_threads()}; 'cores busy': "
+        "one spinning process per core"
     )
-    rows = [
-        ["message -> pixels (rgb8: a view)", _f(decode_rgb8), _f(decode_rgb8)],
-        ["  (bgr8 message instead: one reorder)", _f(decode_bgr8), _f(decode_bgr8)],
-        [
-            "pre-processing (resize to 1008x1008, normalise)",
-            _f(stages["preprocess"]),
-            _f(stages["preprocess"]),
-        ],
-        ["post-processing: scores, boxes, masks (+ checks)", _f(stages["load"] + stages["postprocess"]), "-"],
-        ["instance mask (mono8 labels)", _f(instance_mask), "-"],
-        ["naive: full-image upsample + labels from full masks", "-", _f(naive)],
-        ["output messages (Detection2DArray, mono8 Image)", _f(out_messages), _f(out_messages)],
-        ["total per frame (rgb8)", _f(ours_total), _f(naive_total)],
+    steps = [
+        ("message -> pixels (rgb8: a view)", "decode_rgb8", "decode_rgb8"),
+        ("  (bgr8 message instead: one reorder)", "decode_bgr8", "decode_bgr8"),
+        ("pre-processing (resize to 1008x1008, normalise)", "preprocess", "preprocess"),
+        ("post-processing: scores, boxes, mask crops (+ checks)", "post", None),
+        ("instance mask (mono8 labels)", "instance_mask", None),
+        ("naive: full-image upsample + labels from full masks", None, "naive"),
+        ("output messages (Detection2DArray, mono8 Image)", "messages", "messages"),
+        ("total per frame (rgb8)", "ours_total", "naive_total"),
     ]
-    report.table(["step", "ours ms", "naive ms"], rows)
-    print(
-        f"post-processing + instance mask: ours {ours_post:.2f} ms vs naive full upsample {naive:.2f} ms: "
-        f"{naive / ours_post:.1f}x; whole host work {naive_total / ours_total:.1f}x"
-    )
-    print(f"overlay (only while /sam3/overlay has subscribers, not in the total): {overlay:.2f} ms")
+    for times in columns.values():
+        times["post"] = times["load"] + times["postprocess"]
+    headers, rows = ["step"], []
+    for name in columns:
+        headers += [f"ours ms, {name}", f"naive ms, {name}"]
+    for label, ours, naive in steps:
+        row = [label]
+        for times in columns.values():
+            row += [_f(times[ours]) if ours else "-", _f(times[naive]) if naive else "-"]
+        rows.append(row)
+    report.table(headers, rows)
+    for name, times in columns.items():
+        print(
+            f"{name}: post-processing + instance mask ours {times['ours_post']:.2f} ms vs naive "
+            f"full upsample {times['naive']:.2f} ms: {times['naive'] / times['ours_post']:.1f}x; "
+            f"whole host work {times['naive_total'] / times['ours_total']:.1f}x"
+        )
+    print(f"overlay (only while /sam3/overlay has subscribers, not in the total), idle: {overlay:.2f} ms")
     print("labels from our crops equal the naive full-upsample labels pixel for pixel (checked).")
 
 

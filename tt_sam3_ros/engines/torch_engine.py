@@ -135,7 +135,7 @@ class TorchEngine:
 
         Args:
             compile_image_encoder: CUDA only, off by default and NOT yet run on a GPU here:
-                wraps the image encoder (one static shape, ~93% of the FLOPs) in
+                wraps the image encoder (one static shape, most of the FLOPs) in
                 torch.compile(mode="max-autotune"), which also replays it as CUDA graphs.
                 The first frames then pay minutes of compiling (warmup() takes it).
         """
@@ -353,14 +353,16 @@ class TorchEngine:
         """Mask logits of the selected queries only: one matrix product per prompt."""
         factors: MaskFactors = decoded.mask_source
         _, channels, height, width = factors.pixel_embeddings.shape
-        masks = torch.empty(
-            len(prompt_index), height, width, device=factors.pixel_embeddings.device, dtype=torch.float32
-        )
+        device = factors.pixel_embeddings.device
+        masks = torch.empty(len(prompt_index), height, width, device=device, dtype=torch.float32)
         for prompt in np.unique(prompt_index):
             rows = np.nonzero(prompt_index == prompt)[0]
-            queries = factors.query_embeddings[int(prompt), torch.as_tensor(query_index[rows])]
+            queries = factors.query_embeddings[
+                int(prompt), torch.as_tensor(query_index[rows], device=device, dtype=torch.long)
+            ]
             pixels = factors.pixel_embeddings[int(prompt)].reshape(channels, height * width)
-            masks[torch.as_tensor(rows)] = (queries @ pixels).reshape(len(rows), height, width).float()
+            logits = (queries @ pixels).reshape(len(rows), height, width)
+            masks[torch.as_tensor(rows, device=device, dtype=torch.long)] = logits.float()
         return _host(masks)
 
     def warmup(self) -> None:
