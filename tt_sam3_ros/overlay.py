@@ -27,11 +27,16 @@ def draw_overlay(image: np.ndarray, result: SegmentationResult) -> np.ndarray:
     canvas = image.copy()
     labels = result.instance_mask()
     count = min(len(result.instances), 255)
-    if count:
-        palette = np.array([(0, 0, 0)] + [instance_colour(k) for k in range(1, count + 1)], dtype=np.float32)
-        covered = labels > 0
-        blended = canvas[covered] * (1 - _MASK_ALPHA) + palette[labels[covered]] * _MASK_ALPHA
-        canvas[covered] = blended.astype(np.uint8)
+    # Blend each instance inside its own crop only: the cost follows the objects' area.
+    for instance_id, instance in enumerate(result.instances[:count], start=1):
+        row, col = instance.crop_origin
+        height, width = instance.mask_crop.shape
+        window = canvas[row : row + height, col : col + width]
+        mine = labels[row : row + height, col : col + width] == instance_id
+        # OpenCV blends the whole window in one pass; copyto keeps it only on this instance's pixels.
+        colour = np.full_like(window, instance_colour(instance_id))
+        tinted = cv2.addWeighted(window, 1 - _MASK_ALPHA, colour, _MASK_ALPHA, 0)
+        np.copyto(window, tinted, where=mine[:, :, None])
     thickness = max(1, round(max(image.shape[:2]) / 500))
     for instance_id, instance in enumerate(result.instances[:count], start=1):
         colour = instance_colour(instance_id)
