@@ -14,13 +14,12 @@ import numpy as np
 from tt_sam3_ros.engines.base import DecodedBatch
 
 
-class RecordingEngine:
-    """Delegates to a real engine and keeps the last DecodedBatch, to compare raw outputs."""
+class DelegatingEngine:
+    """Passes every Engine call to ``inner``; subclasses override only what they change."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name = inner.name
-        self.last_decoded: DecodedBatch | None = None
 
     def describe(self) -> dict[str, str]:
         return self.inner.describe()
@@ -32,8 +31,7 @@ class RecordingEngine:
         return self.inner.encode_prompts(prompts)
 
     def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
-        self.last_decoded = self.inner.decode(image_state, prompt_states)
-        return self.last_decoded
+        return self.inner.decode(image_state, prompt_states)
 
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
@@ -45,6 +43,18 @@ class RecordingEngine:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class RecordingEngine(DelegatingEngine):
+    """Delegates to a real engine and keeps the last DecodedBatch, to compare raw outputs."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.last_decoded: DecodedBatch | None = None
+
+    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
+        self.last_decoded = self.inner.decode(image_state, prompt_states)
+        return self.last_decoded
 
 
 class CannedEngine:
@@ -104,12 +114,11 @@ def _box(mask_logits: np.ndarray) -> list[float]:
     ]
 
 
-class SlowEngine:
+class SlowEngine(DelegatingEngine):
     """A real engine made slower by a fixed sleep per image: a model slower than the frame period."""
 
     def __init__(self, inner: Any, extra_seconds: float) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.extra_seconds = extra_seconds
 
     def describe(self) -> dict[str, str]:
@@ -118,20 +127,3 @@ class SlowEngine:
     def encode_image(self, pixel_values: np.ndarray) -> Any:
         time.sleep(self.extra_seconds)
         return self.inner.encode_image(pixel_values)
-
-    def encode_prompts(self, prompts: list[str]) -> list[Any]:
-        return self.inner.encode_prompts(prompts)
-
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
-        return self.inner.decode(image_state, prompt_states)
-
-    def fetch_masks(
-        self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
-    ) -> np.ndarray:
-        return self.inner.fetch_masks(decoded, prompt_index, query_index)
-
-    def warmup(self) -> None:
-        self.inner.warmup()
-
-    def close(self) -> None:
-        self.inner.close()

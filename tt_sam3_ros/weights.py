@@ -964,13 +964,10 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    names = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-    }
-    names |= {"float16": torch.float16, "fp16": torch.float16}
+    from .engines.torch_engine import DTYPE_NAMES
+
+    # Loading may also use half precision, which the engines do not run in.
+    names = {**DTYPE_NAMES, "float16": torch.float16, "fp16": torch.float16}
     if dtype not in names:
         raise ValueError(f"dtype {dtype!r} is not one of {sorted(names)}")
     return names[dtype]

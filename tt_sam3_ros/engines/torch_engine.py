@@ -101,21 +101,25 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
+#: The dtypes the engine runs in, by the names parameters and the CLI use.
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """'float32' / 'bfloat16' (or torch dtypes); None means bf16 on CUDA, fp32 on CPU."""
     if dtype in (None, "", "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-    }
-    if dtype not in names:
-        raise EngineError(f"dtype {dtype!r} not supported by the torch engine; use one of {sorted(names)}")
-    return names[dtype]
+    if dtype not in DTYPE_NAMES:
+        choices = ", ".join(sorted(DTYPE_NAMES))
+        raise EngineError(f"dtype {dtype!r} not supported by the torch engine; use one of {choices}")
+    return DTYPE_NAMES[dtype]
 
 
 class TorchEngine:
