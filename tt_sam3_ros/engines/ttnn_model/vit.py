@@ -13,6 +13,35 @@ from typing import Any
 from .config import DeviceSettings, ImagePathConfig
 
 
+def linear(
+    ttnn: Any, x: Any, w: dict[str, Any], name: str, settings: DeviceSettings, activation: str | None = None
+) -> Any:
+    """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out, fused activation if given."""
+    return ttnn.linear(
+        x,
+        w[f"{name}.weight"],
+        bias=w.get(f"{name}.bias"),
+        activation=activation,
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+
+
+def layer_norm(
+    ttnn: Any, x: Any, w: dict[str, Any], name: str, config: ImagePathConfig, settings: DeviceSettings
+) -> Any:
+    """LayerNorm with w[name.weight], w[name.bias] and the model's epsilon."""
+    return ttnn.layer_norm(
+        x,
+        epsilon=config.eps,
+        weight=w[f"{name}.weight"],
+        bias=w[f"{name}.bias"],
+        memory_config=settings.memory,
+        compute_kernel_config=settings.exact_kernel,
+    )
+
+
 def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, rotation: Any, settings: DeviceSettings) -> Any:
     """x * cos + rotate_pairwise(x) * sin on (B, H, S, Dp); rotate_pairwise as x @ R (weights.py)."""
     rotated = ttnn.matmul(
@@ -40,14 +69,7 @@ def rope_attention(
     """Sam3ViTRoPEAttention on (1, tokens, C); attention within each window or over all tokens."""
     batch, seq = (config.windows_per_side**2, config.window_tokens) if windowed else (1, config.tokens)
     width = config.heads * config.head_dim_padded
-    qkv = ttnn.linear(
-        hidden,
-        w["qkv.weight"],
-        bias=w["qkv.bias"],
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
+    qkv = linear(ttnn, hidden, w, "qkv", settings)
     qkv_batched = ttnn.reshape(qkv, (batch, seq, 3 * width))
     query, key, value = ttnn.transformer.split_query_key_value_and_split_heads(
         qkv_batched, num_heads=config.heads, transpose_key=False, memory_config=settings.memory
@@ -77,14 +99,7 @@ def rope_attention(
     merged = ttnn.transformer.concatenate_heads(context, memory_config=settings.memory)  # (batch, seq, H*Dp)
     ttnn.deallocate(context)
     merged_flat = ttnn.reshape(merged, (1, config.tokens, width))
-    out = ttnn.linear(
-        merged_flat,
-        w["o.weight"],
-        bias=w["o.bias"],
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
+    out = linear(ttnn, merged_flat, w, "o", settings)
     ttnn.deallocate(merged_flat)
     return out
 
@@ -99,45 +114,16 @@ def vit_layer(
     windowed: bool,
 ) -> Any:
     """Sam3ViTLayer: x + attn(ln1(x)), then + mlp(ln2(.)); consumes x, returns (1, tokens, C)."""
-    normed = ttnn.layer_norm(
-        x,
-        epsilon=config.eps,
-        weight=w["ln1.weight"],
-        bias=w["ln1.bias"],
-        memory_config=settings.memory,
-        compute_kernel_config=settings.exact_kernel,
-    )
+    normed = layer_norm(ttnn, x, w, "ln1", config, settings)
     attended = rope_attention(ttnn, normed, w, rope, config, settings, windowed)
     ttnn.deallocate(normed)
     residual = ttnn.add(x, attended, memory_config=settings.memory)
     ttnn.deallocate(x)
     ttnn.deallocate(attended)
-    normed = ttnn.layer_norm(
-        residual,
-        epsilon=config.eps,
-        weight=w["ln2.weight"],
-        bias=w["ln2.bias"],
-        memory_config=settings.memory,
-        compute_kernel_config=settings.exact_kernel,
-    )
-    expanded = ttnn.linear(
-        normed,
-        w["fc1.weight"],
-        bias=w["fc1.bias"],
-        activation="gelu",
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
+    normed = layer_norm(ttnn, residual, w, "ln2", config, settings)
+    expanded = linear(ttnn, normed, w, "fc1", settings, activation="gelu")
     ttnn.deallocate(normed)
-    projected = ttnn.linear(
-        expanded,
-        w["fc2.weight"],
-        bias=w["fc2.bias"],
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
+    projected = linear(ttnn, expanded, w, "fc2", settings)
     ttnn.deallocate(expanded)
     out = ttnn.add(residual, projected, memory_config=settings.memory)
     ttnn.deallocate(residual)
@@ -152,24 +138,11 @@ def vit_embeddings(
 
     Leaves `patches` (the trace's input buffer) allocated.
     """
-    embedded = ttnn.linear(
-        patches,
-        w["patch_embed.weight"],
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
+    embedded = linear(ttnn, patches, w, "patch_embed", settings)
     embedded_flat = ttnn.reshape(embedded, (1, config.tokens, config.hidden))
     positioned = ttnn.add(embedded_flat, w["pos_embed"], memory_config=settings.memory)
     ttnn.deallocate(embedded_flat)
-    out = ttnn.layer_norm(
-        positioned,
-        epsilon=config.eps,
-        weight=w["ln_pre.weight"],
-        bias=w["ln_pre.bias"],
-        memory_config=settings.memory,
-        compute_kernel_config=settings.exact_kernel,
-    )
+    out = layer_norm(ttnn, positioned, w, "ln_pre", config, settings)
     ttnn.deallocate(positioned)
     return out
 
