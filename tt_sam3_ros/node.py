@@ -682,12 +682,13 @@ class Sam3Node(LifecycleNode):
         detections_pub, mask_pub, overlay_pub = self._detections_pub, self._mask_pub, self._overlay_pub
         if detections_pub is None or mask_pub is None:
             return
+        labels = result.instance_mask()
         detections_pub.publish(messages.result_to_detections(result, header))
-        mask_pub.publish(messages.instance_mask_to_image(result.instance_mask(), header))
+        mask_pub.publish(messages.instance_mask_to_image(labels, header))
         if settings.publish_overlay and overlay_pub is not None and overlay_pub.get_subscription_count() > 0:
             from tt_sam3_ros.overlay import draw_overlay
 
-            overlay_pub.publish(messages.rgb_to_image(draw_overlay(rgb, result), header))
+            overlay_pub.publish(messages.rgb_to_image(draw_overlay(rgb, result, labels), header))
 
     def _count_processed(self, header: Header, processing_ms: float) -> None:
         stamp_ns = header.stamp.sec * 1_000_000_000 + header.stamp.nanosec

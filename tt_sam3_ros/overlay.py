@@ -22,10 +22,16 @@ def instance_colour(instance_id: int) -> tuple[int, int, int]:
     return int(r), int(g), int(b)
 
 
-def draw_overlay(image: np.ndarray, result: SegmentationResult) -> np.ndarray:
-    """uint8 RGB (H, W, 3) copy of ``image`` with every instance drawn on it."""
+def draw_overlay(
+    image: np.ndarray, result: SegmentationResult, labels: np.ndarray | None = None
+) -> np.ndarray:
+    """uint8 RGB (H, W, 3) copy of ``image`` with every instance drawn on it.
+
+    ``labels``: ``result.instance_mask()`` when the caller already made it (the node does).
+    """
     canvas = image.copy()
-    labels = result.instance_mask()
+    if labels is None:
+        labels = result.instance_mask()
     count = min(len(result.instances), 255)
     # Blend each instance inside its own crop only: the cost follows the objects' area.
     for instance_id, instance in enumerate(result.instances[:count], start=1):

@@ -19,13 +19,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .engines.base import TEXT_CONTEXT
+
 if TYPE_CHECKING:
     from transformers import CLIPTokenizer, Sam3Config, Sam3Model
 
 #: The name users pass (``--model tiny-random``, ``model_id:=tiny-random``).
 TINY_MODEL_ID = "tiny-random"
-#: Meta's text context; prompts are padded to it.
-TEXT_CONTEXT = 32
 _BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
 _BPE_MERGES = 49152 - 256 - 2
 

@@ -22,6 +22,8 @@ import numpy as np
 MODEL_SIDE = 1008
 #: Side of the mask logits the segmentation head produces.
 MASK_SIDE = 288
+#: CLIP text context SAM 3 pads every prompt to, in tokens.
+TEXT_CONTEXT = 32
 
 
 class EngineError(RuntimeError):

@@ -23,21 +23,13 @@ composed path against transformers' forward.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from .base import MODEL_SIDE, DecodedBatch, EngineError
-
-LOG = logging.getLogger(__name__)
-
-#: transformers' marker for a padding box: masked out of the geometry encoder.
-PADDING_BOX_LABEL = -10
-#: CLIP context SAM 3 pads prompts to.
-TEXT_CONTEXT = 32
+from .base import MODEL_SIDE, TEXT_CONTEXT, DecodedBatch, EngineError
 
 
 @dataclass
