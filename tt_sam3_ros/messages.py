@@ -31,6 +31,7 @@ from vision_msgs.msg import (
     VisionClass,
 )
 
+from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES, SegmentationResult
 
 #: Encodings accepted on the raw image topic, with their channel counts.
@@ -61,20 +62,20 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     encoding = msg.encoding.strip().lower()
     channels = SUPPORTED_ENCODINGS.get(encoding)
     if channels is None:
-        raise ValueError(_unsupported_encoding_reason(msg.encoding))
+        raise InputError(_unsupported_encoding_reason(msg.encoding))
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     if height == 0 or width == 0:
-        raise ValueError(f"empty image: {width}x{height} pixels")
+        raise InputError(f"empty image: {width}x{height} pixels")
     row_bytes = width * channels
     if step < row_bytes:
-        raise ValueError(
+        raise InputError(
             f"step {step} is shorter than one row of {width} {encoding} pixels ({row_bytes} bytes)"
         )
     buffer = np.frombuffer(msg.data, dtype=np.uint8)
     # The last row needs only its pixels, not its padding; publishers differ on this.
     needed = step * (height - 1) + row_bytes
     if buffer.size < needed:
-        raise ValueError(
+        raise InputError(
             f"truncated image: {buffer.size} bytes of data for {width}x{height} {encoding} "
             f"with step {step} (needs {needed})"
         )
@@ -122,14 +123,14 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
     payload = np.frombuffer(msg.data, dtype=np.uint8)
     head = payload[:8].tobytes()
     if "compresseddepth" in msg.format.lower():
-        raise ValueError(f"compressedDepth images carry no colour for SAM 3 (format '{msg.format}')")
+        raise InputError(f"compressedDepth images carry no colour for SAM 3 (format '{msg.format}')")
     if not (head.startswith(_JPEG_MAGIC) or head.startswith(_PNG_MAGIC)):
-        raise ValueError(
+        raise InputError(
             f"compressed image is neither JPEG nor PNG (format '{msg.format}', {payload.size} bytes)"
         )
     bgr = cv2.imdecode(payload, cv2.IMREAD_COLOR)
     if bgr is None or bgr.size == 0:
-        raise ValueError(
+        raise InputError(
             f"corrupt compressed image: OpenCV could not decode {payload.size} bytes ({msg.format})"
         )
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
@@ -138,7 +139,7 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
 def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
     """Wrap uint8 (height, width, 3) RGB pixels as an rgb8 sensor_msgs/Image with ``header``."""
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
-        raise ValueError(f"expected uint8 (height, width, 3) RGB, got {rgb.dtype} {rgb.shape}")
+        raise InputError(f"expected uint8 (height, width, 3) RGB, got {rgb.dtype} {rgb.shape}")
     return _packed_image(np.ascontiguousarray(rgb), "rgb8", header)
 
 
@@ -148,7 +149,7 @@ def instance_mask_to_image(labels: np.ndarray, header: Header) -> Image:
     Pixel value 0 is background and k is the k-th detection (``Detection2D.id == str(k)``).
     """
     if labels.dtype != np.uint8 or labels.ndim != 2:
-        raise ValueError(f"expected uint8 (height, width) labels, got {labels.dtype} {labels.shape}")
+        raise InputError(f"expected uint8 (height, width) labels, got {labels.dtype} {labels.shape}")
     return _packed_image(np.ascontiguousarray(labels), "mono8", header)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .engines.base import MODEL_SIDE
+from .errors import InputError
 
 #: Default largest accepted image side; bigger frames are rejected, not resized silently.
 DEFAULT_MAX_IMAGE_SIDE = 4096
@@ -44,14 +45,14 @@ def _decode(data: bytes, what: str) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as picture:
             return _from_pil(picture)
     except (UnidentifiedImageError, OSError, ValueError) as error:
-        raise ValueError(f"cannot decode {what} as an image (PNG/JPEG expected): {error}") from None
+        raise InputError(f"cannot decode {what} as an image (PNG/JPEG expected): {error}") from None
 
 
 def _from_pil(picture: object) -> np.ndarray:
     from PIL import Image
 
     if not isinstance(picture, Image.Image):
-        raise ValueError(
+        raise InputError(
             f"unsupported image type {type(picture).__name__}: "
             "give a uint8 numpy array, a path, PNG/JPEG bytes or a PIL image"
         )
@@ -60,16 +61,16 @@ def _from_pil(picture: object) -> np.ndarray:
 
 def _check_array(image: np.ndarray, max_side: int) -> np.ndarray:
     if image.dtype != np.uint8:
-        raise ValueError(f"image dtype must be uint8, got {image.dtype}")
+        raise InputError(f"image dtype must be uint8, got {image.dtype}")
     if image.ndim == 2:
         image = image[:, :, None]
     if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
-        raise ValueError(f"image must be HxW, HxWx1, HxWx3 or HxWx4; got shape {image.shape}")
+        raise InputError(f"image must be HxW, HxWx1, HxWx3 or HxWx4; got shape {image.shape}")
     height, width = image.shape[:2]
     if min(height, width) < MIN_IMAGE_SIDE:
-        raise ValueError(f"image is {width}x{height}; each side must be at least {MIN_IMAGE_SIDE} pixels")
+        raise InputError(f"image is {width}x{height}; each side must be at least {MIN_IMAGE_SIDE} pixels")
     if max(height, width) > max_side:
-        raise ValueError(f"image is {width}x{height}; the largest side allowed is {max_side} pixels")
+        raise InputError(f"image is {width}x{height}; the largest side allowed is {max_side} pixels")
     if image.shape[2] == 1:
         return np.repeat(image, 3, axis=2)
     if image.shape[2] == 4:

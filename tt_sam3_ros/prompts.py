@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .errors import InputError
+
 #: Most prompts one call may carry.
 MAX_PROMPTS = 16
 #: Longest prompt text, in characters (CLIP truncates to 32 tokens anyway).
@@ -21,20 +23,20 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS) -> list[st
         ValueError: naming the limit that was broken and the offending value.
     """
     if isinstance(prompts, str) or not isinstance(prompts, Sequence):
-        raise ValueError(f"prompts must be a list of strings, got {type(prompts).__name__}")
+        raise InputError(f"prompts must be a list of strings, got {type(prompts).__name__}")
     if len(prompts) == 0:
-        raise ValueError("prompts must not be empty: give at least one text, e.g. ['car']")
+        raise InputError("prompts must not be empty: give at least one text, e.g. ['car']")
     if len(prompts) > max_prompts:
-        raise ValueError(f"too many prompts: {len(prompts)} given, at most {max_prompts} allowed")
+        raise InputError(f"too many prompts: {len(prompts)} given, at most {max_prompts} allowed")
     cleaned = []
     for index, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
-            raise ValueError(f"prompt {index} must be a string, got {type(prompt).__name__}")
+            raise InputError(f"prompt {index} must be a string, got {type(prompt).__name__}")
         text = prompt.strip()
         if not text:
-            raise ValueError(f"prompt {index} is empty or only whitespace")
+            raise InputError(f"prompt {index} is empty or only whitespace")
         if len(text) > MAX_PROMPT_CHARS:
-            raise ValueError(
+            raise InputError(
                 f"prompt {index} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} allowed"
             )
         cleaned.append(text)
