@@ -78,7 +78,10 @@ def build(prefix: Path, build_dir: Path, jobs: int) -> None:
 
 def verify() -> None:
     """Import the generated module in a fresh interpreter, as the node will."""
-    probe = "from vision_msgs.msg import Detection2DArray; Detection2DArray()"
+    probe = (
+        "from vision_msgs.msg import Detection2DArray, Detection3DArray; "
+        "Detection2DArray(); Detection3DArray()"
+    )
     subprocess.run([sys.executable, "-c", probe], check=True)
 
 
