@@ -1,4 +1,4 @@
-"""weights.py: every source of weights loads the same model, and every failure says what to do.
+"""tt_sam3_ros.weights: every source of weights loads the same model, and every failure says what to do.
 
 Nothing here reaches the network: hub calls are either replaced by fakes that raise the
 errors huggingface_hub raises, or run with HF_HUB_OFFLINE against a cache built in tmp_path.
