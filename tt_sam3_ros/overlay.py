@@ -35,6 +35,8 @@ def draw_overlay(
     count = min(len(result.instances), 255)
     # Blend each instance inside its own crop only: the cost follows the objects' area.
     for instance_id, instance in enumerate(result.instances[:count], start=1):
+        if not instance.mask_crop.any():
+            continue  # an empty mask (score passed, no positive logit): only its box and label are drawn
         row, col = instance.crop_origin
         height, width = instance.mask_crop.shape
         window = canvas[row : row + height, col : col + width]

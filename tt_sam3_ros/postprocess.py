@@ -32,9 +32,15 @@ class Selection:
 
 
 def sigmoid(values: np.ndarray) -> np.ndarray:
-    """Numerically stable logistic function, float32."""
+    """Logistic function in float32, accurate to a few ulp over the whole range.
+
+    Written as 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: e^-|x| never overflows, and
+    nothing is subtracted, so weak scores keep their relative precision instead of cancelling
+    to 0.0 (which ``1 - 1 / (1 + e^|x|)`` does from x = -17 on).
+    """
     values = np.asarray(values, dtype=np.float32)
-    return np.where(values >= 0, 1 / (1 + np.exp(-np.abs(values))), 1 - 1 / (1 + np.exp(-np.abs(values))))
+    decay = np.exp(-np.abs(values))
+    return np.where(values >= 0, np.float32(1), decay) / (1 + decay)
 
 
 def select_instances(

@@ -17,9 +17,13 @@ import numpy as np
 MAX_LABELLED_INSTANCES = 255
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Instance:
     """One object found for one prompt.
+
+    Instances compare by value: equal when every field is, the mask crop pixel for pixel (the
+    generated ``==`` would compare arrays and raise). The hash leaves the mask out, so equal
+    instances hash alike and instances can key a dict or fill a set.
 
     Attributes:
         prompt: the prompt text that found it.
@@ -39,6 +43,17 @@ class Instance:
     mask_crop: np.ndarray
     crop_origin: tuple[int, int]
     image_size: tuple[int, int]
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.prompt, self.prompt_index, self.score, self.box, self.crop_origin, self.image_size)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Instance):
+            return NotImplemented
+        return self._fields() == other._fields() and np.array_equal(self.mask_crop, other.mask_crop)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
     @property
     def mask(self) -> np.ndarray:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+from PIL import Image
 
 from tt_sam3_ros.overlay import draw_overlay, instance_colour
 from tt_sam3_ros.results import Instance, SegmentationResult
@@ -52,3 +58,30 @@ def test_mask_pixels_are_blended_with_their_instance_colour() -> None:
 def test_nothing_found_gives_the_image_back() -> None:
     image = np.full((120, 160, 3), 77, np.uint8)
     np.testing.assert_array_equal(draw_overlay(image, SegmentationResult((120, 160), ["car"], [], {})), image)
+
+
+def test_an_instance_with_an_empty_mask_still_gets_its_box_and_label() -> None:
+    # At low thresholds a query can pass on score while none of its mask logits is positive.
+    image = np.full((120, 160, 3), 77, np.uint8)
+    empty = Instance("car", 0, 0.3, (30.0, 20.0, 90.0, 60.0), np.zeros((0, 0), bool), (0, 0), (120, 160))
+    full = instance(0.9, slice(75, 115), slice(20, 100))
+    result = SegmentationResult((120, 160), ["car"], [full, empty], {})
+    overlay = draw_overlay(image, result)
+    assert overlay.shape == image.shape and overlay.dtype == np.uint8
+    assert np.all(overlay[40, 30] == instance_colour(2))  # the empty instance's box outline
+    np.testing.assert_array_equal(overlay[30:50, 40:80], image[30:50, 40:80])  # no tint inside it
+
+
+def test_cli_at_threshold_zero_writes_png_and_json_for_a_black_image(tmp_path: Path) -> None:
+    # Issue 10, defect 1: a black frame at threshold 0 gives instances whose masks are empty.
+    picture = tmp_path / "img.png"
+    Image.fromarray(np.zeros((240, 320, 3), np.uint8)).save(picture)
+    done = subprocess.run(
+        [sys.executable, "-m", "tt_sam3_ros.cli", "segment", str(picture), "--prompt", "car",
+         "--model", "tiny-random", "--threshold", "0", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "img.json").read_text())
+    assert any(i["mask_area"] == 0 for i in report["instances"])  # the case that used to fail
+    assert np.asarray(Image.open(tmp_path / "img_overlay.png")).shape == (240, 320, 3)

@@ -78,3 +78,15 @@ def test_boxes_scale_to_source_pixels_and_clamp() -> None:
     pixels = postprocess.boxes_to_source(boxes, (200, 400))
     np.testing.assert_allclose(pixels[0], [40, 40, 200, 120])
     np.testing.assert_allclose(pixels[1], [0, 0, 400, 200])
+
+
+def test_sigmoid_keeps_relative_precision_on_the_negative_side() -> None:
+    # Issue 10: 1 - 1/(1 + e^|x|) cancels to 0.0 in float32 at x <= -17; the scores of weak
+    # queries (and the presence of absent concepts) must stay distinguishable, not flatten to 0.
+    values = np.concatenate([np.linspace(-87.0, 30.0, 2341), [-17.0, -30.0, -80.0]]).astype(np.float32)
+    # float64 is exact to float32 precision here (down to -87, where float32 stops being normal).
+    reference = 1.0 / (1.0 + np.exp(-values.astype(np.float64)))
+    ours = postprocess.sigmoid(values)
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=0)
+    assert np.all(np.diff(ours[:2341]) >= 0)  # monotonic

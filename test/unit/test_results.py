@@ -57,3 +57,18 @@ def test_to_dict_is_json_and_ids_match_the_label_image() -> None:
     assert summary["instances"][1]["prompt"] == "person" and summary["instances"][1]["mask_area"] == 4
     labels = result.instance_mask()
     assert np.count_nonzero(labels == 2) == summary["instances"][1]["mask_area"]
+
+
+def test_instances_compare_by_value_and_hash_consistently() -> None:
+    # Issue 10: a frozen dataclass holding an array made `==` raise (ambiguous truth value).
+    first = square(0.5, slice(3, 5), slice(7, 9))
+    same = square(0.5, slice(3, 5), slice(7, 9))
+    assert first == same and hash(first) == hash(same)
+    assert first != square(0.5, slice(3, 5), slice(7, 10))  # one more mask column
+    other_pixels = square(0.5, slice(3, 5), slice(7, 9))
+    other_pixels.mask_crop[0, 0] = False
+    assert first != other_pixels  # same fields, different mask pixels
+    assert first != square(0.6, slice(3, 5), slice(7, 9))
+    assert first != "car"
+    assert len({first, same}) == 1
+    assert [first] == [same]  # lists (and results) of instances compare too
