@@ -17,7 +17,7 @@ setup(
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
     ],
     python_requires=">=3.10",
-    install_requires=["setuptools", "numpy", "opencv-python-headless", "pillow"],
+    install_requires=["setuptools", "numpy", "opencv-python-headless", "pillow", "scipy"],
     zip_safe=True,
     maintainer="tt_sam3_ros maintainers",
     maintainer_email="maintainers@tt-sam3-ros.invalid",

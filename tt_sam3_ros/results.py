@@ -34,6 +34,8 @@ class Instance:
         mask_crop: bool (h, w): the mask inside the window starting at ``crop_origin``.
         crop_origin: (row, column) of ``mask_crop``'s top-left pixel in the source image.
         image_size: (height, width) of the source image.
+        track_id: the id this object keeps from frame to frame, set by
+            ``tracking.InstanceTracker`` (None when the instance was not tracked).
     """
 
     prompt: str
@@ -43,6 +45,7 @@ class Instance:
     mask_crop: np.ndarray
     crop_origin: tuple[int, int]
     image_size: tuple[int, int]
+    track_id: int | None = None
 
     def _fields(self) -> tuple[object, ...]:
         return (self.prompt, self.prompt_index, self.score, self.box, self.crop_origin, self.image_size)
@@ -70,14 +73,17 @@ class Instance:
         return int(np.count_nonzero(self.mask_crop))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (no mask pixels)."""
-        return {
+        """JSON-ready summary (no mask pixels); ``track_id`` only when tracked."""
+        summary: dict[str, Any] = {
             "prompt": self.prompt,
             "prompt_index": self.prompt_index,
             "score": round(self.score, 6),
             "box_xyxy": [round(v, 3) for v in self.box],
             "mask_area": self.area,
         }
+        if self.track_id is not None:
+            summary["track_id"] = self.track_id
+        return summary
 
 
 @dataclass
