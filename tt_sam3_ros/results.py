@@ -48,7 +48,15 @@ class Instance:
     track_id: int | None = None
 
     def _fields(self) -> tuple[object, ...]:
-        return (self.prompt, self.prompt_index, self.score, self.box, self.crop_origin, self.image_size)
+        return (
+            self.prompt,
+            self.prompt_index,
+            self.score,
+            self.box,
+            self.crop_origin,
+            self.image_size,
+            self.track_id,
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Instance):

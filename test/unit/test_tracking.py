@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -277,3 +279,9 @@ def test_the_json_summary_carries_the_track_id_next_to_the_mask_id() -> None:
     summary = tracker.update(frame(blob(300, 300, score=0.95), blob(12, 10)), DT).to_dict()
     assert [(i["id"], i["track_id"]) for i in summary["instances"]] == [(1, 2), (2, 1)]
     assert "track_id" not in frame(blob(10, 10)).to_dict()["instances"][0]
+
+
+def test_instances_with_different_track_ids_are_different() -> None:
+    tracker = InstanceTracker()
+    tracked = tracker.update(frame(blob(10, 10)), 0.0).instances[0]
+    assert tracked != blob(10, 10) and tracked == dataclasses.replace(blob(10, 10), track_id=1)
