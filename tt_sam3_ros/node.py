@@ -1,8 +1,10 @@
 """The /sam3 node: text-prompted SAM 3 instance segmentation as a managed ROS 2 node.
 
-The only module that imports rclpy's Node. It adapts ``Sam3Segmenter`` to ROS:
-parameters, QoS, the lifecycle, the newest-frame hand-off and /diagnostics. Image
-conversion lives in ``messages.py``; the model lives behind ``segmenter.py``.
+The only module that imports rclpy's Node: the ROS wiring (lifecycle, subscription,
+publishers, parameter callbacks, main and its signals). What it wires lives beside it:
+the parameter table and its checks in ``node_parameters.py``, the inference thread, the
+newest-frame hand-off and the counters in ``worker.py``, the /diagnostics status in
+``diagnostics.py``, image conversion in ``messages.py``, the model behind ``segmenter.py``.
 
 Threads (why: a slow model must never stall services, parameters or lifecycle calls):
 
@@ -34,22 +36,15 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import rclpy
 import rclpy.exceptions
 import rclpy.logging
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import (
-    FloatingPointRange,
-    IntegerRange,
-    ParameterDescriptor,
-    SetParametersResult,
-)
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecyclePublisher, LifecycleState, TransitionCallbackReturn
@@ -62,16 +57,20 @@ from std_msgs.msg import Header
 from vision_msgs.msg import Detection2DArray, LabelInfo
 
 from tt_sam3_ros import messages
-from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
-from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
+from tt_sam3_ros.diagnostics import NodeView, segmentation_status
+from tt_sam3_ros.node_parameters import (
+    PARAMETERS,
+    READ_AT_ACTIVATE,
+    READ_AT_CONFIGURE,
+    RELIABILITIES,
+    RunSettings,
+    invalid_values,
+    settings_from,
+)
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
+from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker
 
 NODE_NAME = "sam3"
-ENGINES = ("auto", "torch", "ttnn")
-TRANSPORTS = ("raw", "compressed")
-RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
-#: Frames whose timings make up the percentiles on /diagnostics.
-STATS_WINDOW = 100
 #: Seconds between two log lines about the same kind of bad frame.
 LOG_THROTTLE_S = 5.0
 
@@ -83,238 +82,6 @@ OUTPUT_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
 LABEL_INFO_QOS = QoSProfile(
     depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
 )
-
-# When each parameter may change. Dynamic ones apply from the next processed frame.
-DYNAMIC = ("prompts", "threshold", "max_instances", "max_prompts", "publish_overlay")
-READ_AT_CONFIGURE = ("engine", "device", "dtype", "model_id", "revision", "weights_dir", "max_image_side")
-READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth")
-
-
-def _describe(text: str, **extra: Any) -> ParameterDescriptor:
-    return ParameterDescriptor(description=text, **extra)
-
-
-def _int_range(low: int, high: int) -> list[IntegerRange]:
-    return [IntegerRange(from_value=low, to_value=high, step=1)]
-
-
-#: name -> (default, descriptor). ``prompts`` has no default: the node waits for them.
-PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
-    "prompts": (
-        Parameter.Type.STRING_ARRAY,
-        _describe(
-            f"Texts to segment, e.g. ['car', 'person']: 1 to max_prompts non-blank strings of at most "
-            f"{MAX_PROMPT_CHARS} characters. Applies from the next frame. Unset: the node waits.",
-            additional_constraints=f"1..max_prompts non-blank strings of at most {MAX_PROMPT_CHARS} chars",
-        ),
-    ),
-    "threshold": (
-        0.5,
-        _describe(
-            "Keep instances whose score (sigmoid(logit) * sigmoid(presence)) is above this; below 1.",
-            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=1.0, step=0.0)],
-        ),
-    ),
-    "max_instances": (
-        50,
-        _describe(
-            "Most instances published per frame, best first (a mono8 mask holds 255).",
-            integer_range=_int_range(1, MAX_LABELLED_INSTANCES),
-        ),
-    ),
-    "max_prompts": (
-        MAX_PROMPTS,
-        _describe(
-            "Most prompts accepted in 'prompts'; each prompt adds decoder work to every frame.",
-            integer_range=_int_range(1, MAX_PROMPTS),
-        ),
-    ),
-    "publish_overlay": (True, _describe("Draw ~/overlay (rgb8) while someone subscribes to it.")),
-    "engine": (
-        "auto",
-        _describe(
-            "auto, torch or ttnn. auto: ttnn when a Tenstorrent device is present, else torch. "
-            "Read at configure.",
-            additional_constraints="one of: " + ", ".join(ENGINES),
-        ),
-    ),
-    "device": (
-        "",
-        _describe("Engine device, e.g. cpu, cuda:0, or a ttnn device id; empty: the engine's default."),
-    ),
-    "dtype": ("", _describe("Compute dtype, e.g. float32 or bfloat16; empty: the engine's default.")),
-    "model_id": (
-        "facebook/sam3",
-        _describe(
-            f"Hugging Face model id, or '{TINY_MODEL_ID}' (offline random weights, meaningless output)."
-        ),
-    ),
-    "revision": (
-        "",
-        _describe("Hub revision (branch, tag or commit); empty: the commit pinned for facebook/sam3."),
-    ),
-    "weights_dir": ("", _describe("Local folder with the weights; empty: the Hugging Face cache or hub.")),
-    "max_image_side": (
-        4096,
-        _describe(
-            "Input images with a longer side are rejected (bounds host memory per frame).",
-            integer_range=_int_range(16, 32768),
-        ),
-    ),
-    "transport": (
-        "raw",
-        _describe(
-            "raw: subscribe to 'image' (sensor_msgs/Image); compressed: to 'image/compressed' "
-            "(sensor_msgs/CompressedImage, JPEG or PNG). Read at activate.",
-            additional_constraints="one of: " + ", ".join(TRANSPORTS),
-        ),
-    ),
-    "qos_reliability": (
-        "best_effort",
-        _describe(
-            "Input reliability: best_effort (matches every publisher) or reliable. Read at activate.",
-            additional_constraints="one of: " + ", ".join(RELIABILITIES),
-        ),
-    ),
-    "qos_depth": (
-        1,
-        _describe(
-            "Input queue depth; 1 keeps only the newest frame. Read at activate.",
-            integer_range=_int_range(1, 100),
-        ),
-    ),
-    "autostart": (
-        True,
-        _describe("Configure and activate at start; false waits for lifecycle transitions.", read_only=True),
-    ),
-}
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What the worker reads at the start of each frame; replaced whole, never mutated."""
-
-    prompts: tuple[str, ...] = ()
-    threshold: float = 0.5
-    max_instances: int = 50
-    publish_overlay: bool = True
-
-
-@dataclass
-class Frame:
-    """One received image message, and when it arrived (monotonic seconds)."""
-
-    msg: Image | CompressedImage
-    received_s: float
-
-
-class FrameSlot:
-    """A one-slot, lock-guarded hand-off from the subscription callback to the worker.
-
-    ``put`` replaces an unprocessed frame (the caller counts it as dropped), so the worker
-    always starts on the newest frame and latency cannot grow with the input rate.
-    """
-
-    def __init__(self) -> None:
-        self._ready = threading.Condition()
-        self._frame: Frame | None = None
-        self._closed = False
-
-    def put(self, frame: Frame) -> bool:
-        """Store ``frame``; returns True when it replaced one the worker had not taken."""
-        with self._ready:
-            replaced = self._frame is not None
-            self._frame = frame
-            self._ready.notify()
-        return replaced
-
-    def take(self) -> Frame | None:
-        """Wait for a frame and remove it; None once the slot is closed."""
-        with self._ready:
-            while self._frame is None and not self._closed:
-                self._ready.wait()
-            if self._closed:
-                return None
-            frame, self._frame = self._frame, None
-            return frame
-
-    def clear(self) -> bool:
-        """Drop the pending frame, if any; returns whether there was one."""
-        with self._ready:
-            had_frame, self._frame = self._frame is not None, None
-        return had_frame
-
-    def close(self) -> None:
-        """Wake the worker for good: ``take`` returns None from now on."""
-        with self._ready:
-            self._closed = True
-            self._ready.notify_all()
-
-
-@dataclass
-class FrameStats:
-    """Counters and recent timings for /diagnostics; every access holds ``lock``."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    received: int = 0
-    processed: int = 0
-    dropped: int = 0
-    rejected: int = 0
-    engine_errors: int = 0
-    processing_ms: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
-    output_age_ms: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
-    last_error: str = ""
-    last_outcome: str = "none"  # none | ok | rejected | engine_error
-
-
-class InferenceWorker(threading.Thread):
-    """The thread that owns the segmenter: builds it, runs every frame, closes it.
-
-    ``ready`` is set once the segmenter is built and warmed up, or when that failed
-    (then ``startup_error`` holds the exception and the thread has ended).
-    """
-
-    def __init__(
-        self,
-        build: Callable[[], Any],
-        handle_frame: Callable[[Any, Frame], None],
-        slot: FrameSlot,
-        on_closed: Callable[[dict[str, str]], None],
-        logger: Any,
-    ) -> None:
-        super().__init__(name="sam3-inference", daemon=True)
-        self._logger = logger
-        self._build = build
-        self._handle_frame = handle_frame
-        self._slot = slot
-        self._on_closed = on_closed
-        self.ready = threading.Event()
-        self.startup_error: BaseException | None = None
-        self.description: dict[str, str] = {}
-
-    def run(self) -> None:
-        try:
-            segmenter = self._build()
-            self.description = dict(segmenter.describe())
-            segmenter.warmup()
-        except BaseException as error:  # reported by on_configure, which waits on ready
-            self.startup_error = error
-            self.ready.set()
-            return
-        self.ready.set()
-        try:
-            while (frame := self._slot.take()) is not None:
-                try:
-                    self._handle_frame(segmenter, frame)
-                except Exception:  # a bug here must not silently end inference
-                    self._logger.error(f"frame handling failed:\n{traceback.format_exc()}")
-        finally:
-            segmenter.close()
-            self._on_closed(self.description)
-
-    def stop(self) -> None:
-        """Ask the loop to end after the frame in flight; ``join`` to wait for the close."""
-        self._slot.close()
 
 
 def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[..., TransitionCallbackReturn]:
@@ -389,10 +156,10 @@ class Sam3Node(LifecycleNode):
             ValueError: naming the parameter and what is wrong with it.
         """
         values = self._parameter_values()
-        reason = _invalid_values(values)
+        reason = invalid_values(values)
         if reason:
             raise ValueError(reason)
-        self._settings = _settings_from(values)
+        self._settings = settings_from(values)
 
     def _validate_parameter_change(self, parameters: list[Parameter]) -> SetParametersResult:
         """Accept or refuse a set-parameters request as a whole, with the reason.
@@ -406,7 +173,7 @@ class Sam3Node(LifecycleNode):
             if refusal:
                 return SetParametersResult(successful=False, reason=refusal)
             values[parameter.name] = parameter.value
-        reason = _invalid_values(values, prompts_required=any(p.name == "prompts" for p in parameters))
+        reason = invalid_values(values, prompts_required=any(p.name == "prompts" for p in parameters))
         return SetParametersResult(successful=not reason, reason=reason)
 
     def _refuse_now(self, name: str) -> str:
@@ -423,7 +190,7 @@ class Sam3Node(LifecycleNode):
     def _apply_parameter_change(self, parameters: list[Parameter]) -> None:
         """Publish the new settings to the worker (next frame) and re-latch LabelInfo."""
         values = self._parameter_values()
-        self._settings = _settings_from(values)
+        self._settings = settings_from(values)
         changed = {parameter.name for parameter in parameters}
         if changed & {"prompts", "threshold"}:
             self._publish_label_info()
@@ -498,8 +265,7 @@ class Sam3Node(LifecycleNode):
         """Stop inference: unsubscribe and drop the pending frame; the engine stays loaded."""
         self._unsubscribe()
         if self._slot.clear():
-            with self._stats.lock:
-                self._stats.dropped += 1
+            self._stats.count_dropped()
         self._state = "inactive"
         return super().on_deactivate(state)
 
@@ -584,8 +350,7 @@ class Sam3Node(LifecycleNode):
         """Log why configure failed: the message alone when it is actionable by itself."""
         from tt_sam3_ros.weights import WeightsError
 
-        with self._stats.lock:
-            self._stats.last_error = f"configure: {error}"
+        self._stats.note_error(f"configure: {error}")
         if isinstance(error, WeightsError | ValueError):
             self.get_logger().error(f"cannot configure: {error}")
         else:
@@ -625,13 +390,11 @@ class Sam3Node(LifecycleNode):
 
     def _on_image(self, msg: Image | CompressedImage) -> None:
         """Hand the newest frame to the worker; never waits for inference."""
-        with self._stats.lock:
-            self._stats.received += 1
+        self._stats.count_received()
         if not self._settings.prompts:
             return
         if self._slot.put(Frame(msg, time.monotonic())):
-            with self._stats.lock:
-                self._stats.dropped += 1
+            self._stats.count_dropped()
 
     def _publish_label_info(self) -> None:
         if self._label_info_pub is None:
@@ -693,27 +456,16 @@ class Sam3Node(LifecycleNode):
     def _count_processed(self, header: Header, processing_ms: float) -> None:
         stamp_ns = header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
         age_ms = (self.get_clock().now().nanoseconds - stamp_ns) / 1e6 if stamp_ns else None
-        with self._stats.lock:
-            self._stats.processed += 1
-            self._stats.processing_ms.append(processing_ms)
-            if age_ms is not None:
-                self._stats.output_age_ms.append(age_ms)
-            self._stats.last_outcome = "ok"
+        self._stats.count_processed(processing_ms, age_ms)
 
     def _count_rejected(self, frame: Frame, error: ValueError) -> None:
         reason = f"bad input frame ({frame.msg.header.frame_id or 'no frame_id'}): {error}"
-        with self._stats.lock:
-            self._stats.rejected += 1
-            self._stats.last_error = reason
-            self._stats.last_outcome = "rejected"
+        self._stats.count_rejected(reason)
         self.get_logger().warning(f"skipped {reason}", throttle_duration_sec=LOG_THROTTLE_S)
 
     def _count_engine_error(self, error: Exception) -> None:
         reason = f"engine error: {type(error).__name__}: {error}"
-        with self._stats.lock:
-            self._stats.engine_errors += 1
-            self._stats.last_error = reason
-            self._stats.last_outcome = "engine_error"
+        self._stats.count_engine_error(reason)
         self.get_logger().error(
             f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}",
             throttle_duration_sec=LOG_THROTTLE_S,
@@ -730,85 +482,17 @@ class Sam3Node(LifecycleNode):
         self._diagnostics_pub.publish(array)
 
     def _diagnostic_status(self) -> DiagnosticStatus:
-        stats = self._stats
-        with stats.lock:
-            counts = {
-                "frames_received": stats.received,
-                "frames_processed": stats.processed,
-                "frames_dropped": stats.dropped,
-                "frames_rejected": stats.rejected,
-                "engine_errors": stats.engine_errors,
-            }
-            processing = list(stats.processing_ms)
-            ages = list(stats.output_age_ms)
-            last_error, last_outcome = stats.last_error, stats.last_outcome
-        level, message = self._health(last_outcome, last_error)
         engine = self._engine_info
-        values = {
-            "state": self._state,
-            "engine": engine.get("engine", self.get_parameter("engine").value),
-            "device": engine.get("device", self.get_parameter("device").value or "default"),
-            "dtype": engine.get("dtype", self.get_parameter("dtype").value or "default"),
-            "model": engine.get("model", self.get_parameter("model_id").value),
-            "prompts": ", ".join(self._settings.prompts),
-            **{key: str(value) for key, value in counts.items()},
-            **_percentiles("processing_ms", processing),
-            **_percentiles("output_age_ms", ages),
-            "last_error": last_error,
-        }
-        return DiagnosticStatus(
-            level=level,
-            name=f"{self.get_name()}: segmentation",
-            message=message,
-            hardware_id=values["device"],
-            values=[KeyValue(key=key, value=str(value)) for key, value in values.items()],
+        view = NodeView(
+            name=self.get_name(),
+            state=self._state,
+            engine=engine.get("engine", self.get_parameter("engine").value),
+            device=engine.get("device", self.get_parameter("device").value or "default"),
+            dtype=engine.get("dtype", self.get_parameter("dtype").value or "default"),
+            model=engine.get("model", self.get_parameter("model_id").value),
+            prompts=self._settings.prompts,
         )
-
-    def _health(self, last_outcome: str, last_error: str) -> tuple[bytes, str]:
-        """Level and one-line summary: ERROR while the last frame failed in the engine."""
-        if last_outcome == "engine_error":
-            return DiagnosticStatus.ERROR, last_error
-        if self._state != "active":
-            return DiagnosticStatus.WARN, f"{self._state}: not segmenting"
-        if not self._settings.prompts:
-            return DiagnosticStatus.WARN, "no prompts set: ros2 param set /sam3 prompts \"['car']\""
-        if last_outcome == "rejected":
-            return DiagnosticStatus.WARN, last_error
-        return DiagnosticStatus.OK, "segmenting"
-
-
-def _invalid_values(values: dict[str, Any], prompts_required: bool = False) -> str:
-    """Why this combination of parameter values is unusable ('' when it is fine)."""
-    prompts = values["prompts"]
-    if prompts is not None or prompts_required:
-        try:
-            validate_prompts(prompts if prompts is not None else [], max_prompts=values["max_prompts"])
-        except ValueError as error:
-            return f"prompts rejected: {error}"
-    if not 0.0 <= values["threshold"] < 1.0:
-        return f"threshold must be in [0, 1), got {values['threshold']}"
-    for name, choices in (("engine", ENGINES), ("transport", TRANSPORTS), ("qos_reliability", RELIABILITIES)):
-        if values[name] not in choices:
-            return f"{name} must be one of {', '.join(choices)}; got '{values[name]}'"
-    return ""
-
-
-def _settings_from(values: dict[str, Any]) -> RunSettings:
-    prompts = values["prompts"]
-    return RunSettings(
-        prompts=tuple(validate_prompts(prompts, values["max_prompts"])) if prompts else (),
-        threshold=float(values["threshold"]),
-        max_instances=int(values["max_instances"]),
-        publish_overlay=bool(values["publish_overlay"]),
-    )
-
-
-def _percentiles(name: str, samples: list[float]) -> dict[str, str]:
-    """p50, p90 and max of the recent window, in milliseconds, as strings for KeyValue."""
-    if not samples:
-        return {f"{name}_p50": "", f"{name}_p90": "", f"{name}_max": ""}
-    p50, p90 = np.percentile(samples, [50, 90])
-    return {f"{name}_p50": f"{p50:.1f}", f"{name}_p90": f"{p90:.1f}", f"{name}_max": f"{max(samples):.1f}"}
+        return segmentation_status(view, self._stats.snapshot())
 
 
 def main(args: list[str] | None = None) -> int:

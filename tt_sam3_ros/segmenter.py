@@ -23,7 +23,7 @@ import numpy as np
 from . import postprocess, preprocess
 from .engines.base import Engine
 from .prompts import MAX_PROMPTS, validate_prompts
-from .results import Instance, SegmentationResult
+from .results import MAX_LABELLED_INSTANCES, Instance, SegmentationResult
 
 LOG = logging.getLogger(__name__)
 
@@ -31,6 +31,10 @@ LOG = logging.getLogger(__name__)
 DEFAULT_TEXT_CACHE_SIZE = 256
 #: Most instances one call returns unless asked otherwise.
 DEFAULT_MAX_INSTANCES = 50
+#: Score an instance must exceed unless asked otherwise.
+DEFAULT_THRESHOLD = 0.5
+#: Thresholds accepted: [low, high). Scores lie in [0, 1], so 1 itself would keep nothing.
+THRESHOLD_RANGE = (0.0, 1.0)
 
 
 class Sam3Segmenter:
@@ -102,7 +106,7 @@ class Sam3Segmenter:
         self,
         image: object,
         prompts: list[str],
-        threshold: float = 0.5,
+        threshold: float = DEFAULT_THRESHOLD,
         max_instances: int = DEFAULT_MAX_INSTANCES,
     ) -> SegmentationResult:
         """Segment every instance of every prompt in one image.
@@ -189,11 +193,15 @@ class Sam3Segmenter:
 
 
 def check_settings(threshold: float, max_instances: int) -> None:
-    """Raise ValueError unless threshold is in [0, 1) and max_instances in 1..255."""
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
-    if not 1 <= max_instances <= 255:
-        raise ValueError(f"max_instances must be between 1 and 255 (one mono8 mask), got {max_instances}")
+    """Raise ValueError unless threshold is in THRESHOLD_RANGE and max_instances in 1..255."""
+    low, high = THRESHOLD_RANGE
+    if not low <= threshold < high:
+        raise ValueError(f"threshold must be in [{low:g}, {high:g}), got {threshold}")
+    if not 1 <= max_instances <= MAX_LABELLED_INSTANCES:
+        raise ValueError(
+            f"max_instances must be between 1 and {MAX_LABELLED_INSTANCES} (one mono8 mask), "
+            f"got {max_instances}"
+        )
 
 
 @contextmanager

@@ -10,14 +10,8 @@ import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.parameter import Parameter
 
-from tt_sam3_ros.node import (
-    PARAMETERS,
-    READ_AT_ACTIVATE,
-    READ_AT_CONFIGURE,
-    Frame,
-    FrameSlot,
-    _invalid_values,
-)
+from tt_sam3_ros.node_parameters import PARAMETERS, READ_AT_ACTIVATE, READ_AT_CONFIGURE, invalid_values
+from tt_sam3_ros.worker import Frame, FrameSlot
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "sam3.yaml"
 
@@ -66,7 +60,7 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
 )
 def test_parameter_combinations_are_checked_together(changes: dict[str, object], reason: str) -> None:
     values = {**_defaults(), **changes}
-    found = _invalid_values(values, prompts_required="prompts" in changes)
+    found = invalid_values(values, prompts_required="prompts" in changes)
     assert (reason in found) if reason else found == ""
 
 

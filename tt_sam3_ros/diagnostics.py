@@ -1,0 +1,81 @@
+"""The node's /diagnostics status: one DiagnosticStatus from a stream's counters and the node's state.
+
+Kept apart from the node so the level rules and the key names (a contract: README's diagnostics
+table) live in one place and can be checked without a ROS graph. One call builds the status of
+one input stream, so a node with several cameras publishes one status per camera.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+
+from tt_sam3_ros.worker import StatsSnapshot
+
+#: What the WARN status says while no prompts are set: the command that fixes it.
+NO_PROMPTS_HINT = "no prompts set: ros2 param set /sam3 prompts \"['car']\""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the status reports besides the counters: the state and what runs."""
+
+    name: str
+    state: str
+    engine: str
+    device: str
+    dtype: str
+    model: str
+    prompts: tuple[str, ...]
+
+
+def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
+    """Level and one-line summary: ERROR while the last frame failed in the engine."""
+    if stats.last_outcome == "engine_error":
+        return DiagnosticStatus.ERROR, stats.last_error
+    if view.state != "active":
+        return DiagnosticStatus.WARN, f"{view.state}: not segmenting"
+    if not view.prompts:
+        return DiagnosticStatus.WARN, NO_PROMPTS_HINT
+    if stats.last_outcome == "rejected":
+        return DiagnosticStatus.WARN, stats.last_error
+    return DiagnosticStatus.OK, "segmenting"
+
+
+def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatus:
+    """The ``<node>: segmentation`` status: level, summary and every value of README's table."""
+    level, message = health(view, stats)
+    values = {
+        "state": view.state,
+        "engine": view.engine,
+        "device": view.device,
+        "dtype": view.dtype,
+        "model": view.model,
+        "prompts": ", ".join(view.prompts),
+        "frames_received": str(stats.received),
+        "frames_processed": str(stats.processed),
+        "frames_dropped": str(stats.dropped),
+        "frames_rejected": str(stats.rejected),
+        "engine_errors": str(stats.engine_errors),
+        **percentiles("processing_ms", stats.processing_ms),
+        **percentiles("output_age_ms", stats.output_age_ms),
+        "last_error": stats.last_error,
+    }
+    return DiagnosticStatus(
+        level=level,
+        name=f"{view.name}: segmentation",
+        message=message,
+        hardware_id=view.device,
+        values=[KeyValue(key=key, value=value) for key, value in values.items()],
+    )
+
+
+def percentiles(name: str, samples: Sequence[float]) -> dict[str, str]:
+    """p50, p90 and max of the recent window, in milliseconds, as strings for KeyValue."""
+    if not samples:
+        return {f"{name}_p50": "", f"{name}_p90": "", f"{name}_max": ""}
+    p50, p90 = np.percentile(samples, [50, 90])
+    return {f"{name}_p50": f"{p50:.1f}", f"{name}_p90": f"{p90:.1f}", f"{name}_max": f"{max(samples):.1f}"}

@@ -1,0 +1,174 @@
+"""The /sam3 node's parameters: the table, when each may change, and what makes a set unusable.
+
+Kept apart from the node so the table can be read (and tested) without a ROS graph, and so a
+new output or camera adds its parameters here, next to the rules that check them. The values
+the library shares (engine names, instance and prompt limits, defaults) are imported from their
+one home, never written again here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.parameter import Parameter
+from rclpy.qos import ReliabilityPolicy
+
+from tt_sam3_ros.engines import ENGINE_NAMES
+from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
+from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
+from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
+from tt_sam3_ros.tiny_model import TINY_MODEL_ID
+
+TRANSPORTS = ("raw", "compressed")
+RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
+
+# When each parameter may change. Dynamic ones apply from the next processed frame.
+DYNAMIC = ("prompts", "threshold", "max_instances", "max_prompts", "publish_overlay")
+READ_AT_CONFIGURE = ("engine", "device", "dtype", "model_id", "revision", "weights_dir", "max_image_side")
+READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth")
+
+
+def _describe(text: str, **extra: Any) -> ParameterDescriptor:
+    return ParameterDescriptor(description=text, **extra)
+
+
+def _int_range(low: int, high: int) -> list[IntegerRange]:
+    return [IntegerRange(from_value=low, to_value=high, step=1)]
+
+
+#: name -> (default, descriptor). ``prompts`` has no default: the node waits for them.
+PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
+    "prompts": (
+        Parameter.Type.STRING_ARRAY,
+        _describe(
+            f"Texts to segment, e.g. ['car', 'person']: 1 to max_prompts non-blank strings of at most "
+            f"{MAX_PROMPT_CHARS} characters. Applies from the next frame. Unset: the node waits.",
+            additional_constraints=f"1..max_prompts non-blank strings of at most {MAX_PROMPT_CHARS} chars",
+        ),
+    ),
+    "threshold": (
+        DEFAULT_THRESHOLD,
+        _describe(
+            "Keep instances whose score (sigmoid(logit) * sigmoid(presence)) is above this; below 1.",
+            floating_point_range=[
+                FloatingPointRange(from_value=THRESHOLD_RANGE[0], to_value=THRESHOLD_RANGE[1], step=0.0)
+            ],
+        ),
+    ),
+    "max_instances": (
+        DEFAULT_MAX_INSTANCES,
+        _describe(
+            f"Most instances published per frame, best first (a mono8 mask holds {MAX_LABELLED_INSTANCES}).",
+            integer_range=_int_range(1, MAX_LABELLED_INSTANCES),
+        ),
+    ),
+    "max_prompts": (
+        MAX_PROMPTS,
+        _describe(
+            "Most prompts accepted in 'prompts'; each prompt adds decoder work to every frame.",
+            integer_range=_int_range(1, MAX_PROMPTS),
+        ),
+    ),
+    "publish_overlay": (True, _describe("Draw ~/overlay (rgb8) while someone subscribes to it.")),
+    "engine": (
+        "auto",
+        _describe(
+            "auto, torch or ttnn. auto: ttnn when a Tenstorrent device is present, else torch. "
+            "Read at configure.",
+            additional_constraints="one of: " + ", ".join(ENGINE_NAMES),
+        ),
+    ),
+    "device": (
+        "",
+        _describe("Engine device, e.g. cpu, cuda:0, or a ttnn device id; empty: the engine's default."),
+    ),
+    "dtype": ("", _describe("Compute dtype, e.g. float32 or bfloat16; empty: the engine's default.")),
+    "model_id": (
+        "facebook/sam3",
+        _describe(
+            f"Hugging Face model id, or '{TINY_MODEL_ID}' (offline random weights, meaningless output)."
+        ),
+    ),
+    "revision": (
+        "",
+        _describe("Hub revision (branch, tag or commit); empty: the commit pinned for facebook/sam3."),
+    ),
+    "weights_dir": ("", _describe("Local folder with the weights; empty: the Hugging Face cache or hub.")),
+    "max_image_side": (
+        4096,
+        _describe(
+            "Input images with a longer side are rejected (bounds host memory per frame).",
+            integer_range=_int_range(16, 32768),
+        ),
+    ),
+    "transport": (
+        "raw",
+        _describe(
+            "raw: subscribe to 'image' (sensor_msgs/Image); compressed: to 'image/compressed' "
+            "(sensor_msgs/CompressedImage, JPEG or PNG). Read at activate.",
+            additional_constraints="one of: " + ", ".join(TRANSPORTS),
+        ),
+    ),
+    "qos_reliability": (
+        "best_effort",
+        _describe(
+            "Input reliability: best_effort (matches every publisher) or reliable. Read at activate.",
+            additional_constraints="one of: " + ", ".join(RELIABILITIES),
+        ),
+    ),
+    "qos_depth": (
+        1,
+        _describe(
+            "Input queue depth; 1 keeps only the newest frame. Read at activate.",
+            integer_range=_int_range(1, 100),
+        ),
+    ),
+    "autostart": (
+        True,
+        _describe("Configure and activate at start; false waits for lifecycle transitions.", read_only=True),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the worker reads at the start of each frame; replaced whole, never mutated."""
+
+    prompts: tuple[str, ...] = ()
+    threshold: float = DEFAULT_THRESHOLD
+    max_instances: int = DEFAULT_MAX_INSTANCES
+    publish_overlay: bool = True
+
+
+def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> str:
+    """Why this combination of parameter values is unusable ('' when it is fine)."""
+    prompts = values["prompts"]
+    if prompts is not None or prompts_required:
+        try:
+            validate_prompts(prompts if prompts is not None else [], max_prompts=values["max_prompts"])
+        except ValueError as error:
+            return f"prompts rejected: {error}"
+    low, high = THRESHOLD_RANGE
+    if not low <= values["threshold"] < high:
+        return f"threshold must be in [{low:g}, {high:g}), got {values['threshold']}"
+    for name, choices in (
+        ("engine", ENGINE_NAMES),
+        ("transport", TRANSPORTS),
+        ("qos_reliability", RELIABILITIES),
+    ):
+        if values[name] not in choices:
+            return f"{name} must be one of {', '.join(choices)}; got '{values[name]}'"
+    return ""
+
+
+def settings_from(values: dict[str, Any]) -> RunSettings:
+    """The worker's settings from valid parameter values (``invalid_values`` returned '')."""
+    prompts = values["prompts"]
+    return RunSettings(
+        prompts=tuple(validate_prompts(prompts, values["max_prompts"])) if prompts else (),
+        threshold=float(values["threshold"]),
+        max_instances=int(values["max_instances"]),
+        publish_overlay=bool(values["publish_overlay"]),
+    )
