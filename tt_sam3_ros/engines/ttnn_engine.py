@@ -38,11 +38,11 @@ WRITTEN_AGAINST_TTNN = "0.81.1"
 #: Device memory for the captured command stream of the image path. Not yet measured on a
 #: chip: DEVICE_VALIDATION.md asks for the size the capture reports.
 DEFAULT_TRACE_REGION = 64 * 1024 * 1024
-#: Tensix compute grid of a p150a with all 120 enabled cores computing (Ethernet dispatch).
-FULL_GRID = (12, 10)
 #: L1 reserved for conv2d's halo and config tensors.
 DEFAULT_L1_SMALL = 32 * 1024
 _DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
+#: How the chip is opened: "worker" (tt-metal's Blackhole default) or "ethernet" (asked for).
+DISPATCH_MODES = ("worker", "ethernet")
 
 
 def load_ttnn(ttnn_module: Any = None) -> Any:
@@ -69,48 +69,35 @@ def ttnn_version(ttnn: Any) -> str:
         return "unknown"
 
 
-def open_blackhole(ttnn: Any, device_id: int, l1_small_size: int, trace_region_size: int) -> tuple[Any, str]:
-    """Open one chip, preferring Ethernet dispatch (all 12x10 cores compute); returns (device, dispatch).
+def open_blackhole(
+    ttnn: Any, device_id: int, l1_small_size: int, trace_region_size: int, dispatch: str = "worker"
+) -> tuple[Any, str]:
+    """Open one chip as current tt-metal supports it; returns (device, dispatch used).
 
-    Falls back to worker dispatch (a column of cores dispatches: 11x10 compute) with a warning
-    when this tt-metal build cannot dispatch from Ethernet cores. When neither opens, the
-    error names the likely causes: no chip, or one held by another process.
+    "worker": no dispatch arguments, so tt-metal picks its Blackhole default (worker cores on a
+    column dispatch), which is how Tenstorrent's own SAM 3 demo opens the chip. "ethernet" is
+    tried only when asked for: current Blackhole builds cannot open it (their Ethernet-dispatch
+    core descriptor lists more cores than the chip has), and when it fails the chip is opened
+    with worker dispatch in the same process, with a warning (the real library allows that
+    retry on a mock p150a; DEVICE_VALIDATION.md asks a chip owner to confirm it on a chip).
+    The compute grid is never assumed: callers read it from the opened device. When no open
+    works, the error names the likely causes: no chip, or one held by another process.
     """
-    attempts = [
-        ("ethernet", ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)),
-        (
-            "worker",
-            ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.WORKER, axis=ttnn.DispatchCoreAxis.COL),
-        ),
-    ]
+    if dispatch not in DISPATCH_MODES:
+        raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+    sizes = dict(device_id=device_id, l1_small_size=l1_small_size, trace_region_size=trace_region_size)
     failures = []
-    for name, dispatch in attempts:
+    if dispatch == "ethernet":
         try:
-            device = ttnn.open_device(
-                device_id=device_id,
-                l1_small_size=l1_small_size,
-                trace_region_size=trace_region_size,
-                dispatch_core_config=dispatch,
-            )
+            eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
+            return ttnn.open_device(**sizes, dispatch_core_config=eth), "ethernet"
         except Exception as error:
-            failures.append(f"{name} dispatch: {error}")
-            continue
-        grid = device.compute_with_storage_grid_size()
-        if failures:
-            LOG.warning(
-                "Ethernet dispatch unavailable (%s); using worker dispatch with a %dx%d compute grid",
-                failures[0],
-                grid.x,
-                grid.y,
-            )
-        elif (grid.x, grid.y) != FULL_GRID:
-            LOG.warning(
-                "Ethernet dispatch opened but the compute grid is %dx%d, not %dx%d",
-                grid.x,
-                grid.y,
-                *FULL_GRID,
-            )
-        return device, name
+            failures.append(f"ethernet dispatch: {error}")
+            LOG.warning("Ethernet dispatch did not open (%s); retrying with worker dispatch", error)
+    try:
+        return ttnn.open_device(**sizes), "worker"
+    except Exception as error:
+        failures.append(f"worker dispatch: {error}")
     raise EngineError(
         f"cannot open Blackhole chip {device_id}: it is absent, or held by another process (one process owns "
         f"a chip; check `tt-smi` and stop the other user). Details: {'; '.join(failures)}"
@@ -131,6 +118,8 @@ class TtnnEngine:
         param_dtype: device dtype of norms, biases, position terms ("bfloat16").
         weight_cache: directory for converted weights (a restart skips the conversion); None: no cache.
         use_trace: replay one captured trace per frame (default) or run the ops eagerly (debugging).
+        dispatch: "worker" (default, tt-metal's Blackhole default) or "ethernet" (tried, with a
+            fallback to worker dispatch; see open_blackhole).
     """
 
     name = "ttnn"
@@ -150,6 +139,7 @@ class TtnnEngine:
         use_trace: bool = True,
         l1_small_size: int = DEFAULT_L1_SMALL,
         trace_region_size: int = DEFAULT_TRACE_REGION,
+        dispatch: str = "worker",
     ) -> None:
         if tuple(mesh_shape) != (1, 1):
             raise EngineError(
@@ -158,6 +148,8 @@ class TtnnEngine:
         for label, value in (("weight_dtype", weight_dtype), ("param_dtype", param_dtype)):
             if value not in _DTYPE_NAMES:
                 raise EngineError(f"{label} {value!r} is not one of {', '.join(_DTYPE_NAMES)}")
+        if dispatch not in DISPATCH_MODES:
+            raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
         self.ttnn = ttnn = load_ttnn(ttnn_module)
         self.version = ttnn_version(ttnn)
         if not self.version.startswith(WRITTEN_AGAINST_TTNN):
@@ -184,11 +176,19 @@ class TtnnEngine:
         if weight_cache is not None:
             key = fingerprint(host_weights, {"matmul": weight_dtype, "param": param_dtype})
             cache_dir = Path(weight_cache) / key
-        self.device, self.dispatch = open_blackhole(ttnn, device_id, l1_small_size, trace_region_size)
+        self.device, self.dispatch = open_blackhole(
+            ttnn, device_id, l1_small_size, trace_region_size, dispatch
+        )
         self.device_id = device_id
         try:
             self._check_single_chip()
             self.settings = device_settings(ttnn, self.device)
+            LOG.info(
+                "Blackhole chip %d open: %s dispatch, %dx%d compute grid",
+                device_id,
+                self.dispatch,
+                *self.settings.grid,
+            )
             self.weights = upload(
                 ttnn, self.device, host_weights, self._matmul_dtype, self._param_dtype, cache_dir
             )

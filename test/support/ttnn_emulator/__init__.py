@@ -6,7 +6,8 @@ It follows ttnn 0.81.1's names and keywords (tools/ttnn_conformance.py checks th
 calls against the real wheel) and enforces the runtime's rules: dtypes with their real
 rounding (bfloat8_b bit-exact with the wheel's host packing), TILE vs ROW_MAJOR, host vs
 device placement, deallocation, one owner per chip, and metal trace capture/replay rules.
-What it cannot show (speed, L1 fits, reduced-fidelity matmuls, kernel bugs) needs a p150a.
+What it cannot show (speed, circular-buffer fits, kernel bugs, the exact SFPU functions) needs a
+p150a or, for what the real library validates on the host, the real ttnn on a mock p150a.
 """
 
 from __future__ import annotations
@@ -34,28 +35,38 @@ from ._ops import (
 )
 from ._runtime import (
     _OPEN_DEVICES,
+    _PROCESS,
+    L1_BANK_BYTES,
     SETTINGS,
     Device,
     EmulatorError,
     EmulatorSettings,
     GetNumAvailableDevices,
+    MeshEvent,
+    OpRecord,
     Tensor,
+    TensorRecord,
     allocate_tensor_on_device,
     as_tensor,
     begin_trace_capture,
     close_device,
+    close_mesh_device,
     copy_host_to_device_tensor,
     deallocate,
     end_trace_capture,
+    event_synchronize,
     execute_trace,
     from_device,
     from_torch,
     get_num_devices,
     open_device,
+    open_mesh_device,
+    record_event,
     release_trace,
     synchronize_device,
     to_device,
     to_torch,
+    wait_for_event,
 )
 from ._types import (
     DRAM_MEMORY_CONFIG,
@@ -108,9 +119,17 @@ transformer = SimpleNamespace(
 def reset() -> None:
     """Close every emulated device and restore default settings (test isolation)."""
     for device in list(_OPEN_DEVICES.values()):
-        device._trace = None
+        device._traces.clear()
+        device._capture = None
         close_device(device)
+    _PROCESS["broken"] = ""
     SETTINGS.__dict__.update(EmulatorSettings().__dict__)
 
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+#: Only under ttnn.transformer in the real module.
+_TRANSFORMER_ONLY = {
+    "scaled_dot_product_attention",
+    "split_query_key_value_and_split_heads",
+    "concatenate_heads",
+}
+__all__ = [name for name in dir() if not name.startswith("_") and name not in _TRANSFORMER_ONLY]

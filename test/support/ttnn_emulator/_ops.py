@@ -22,6 +22,8 @@ import torch.nn.functional as F  # noqa: N812
 from . import _numerics
 from ._runtime import Device, EmulatorError, Tensor, is_device_tensor
 from ._types import (
+    TILE_SIZE,
+    BufferType,
     Conv2dConfig,
     CoreGrid,
     DataType,
@@ -54,7 +56,11 @@ def _freeze(value: Any) -> Any:
 
 
 def _launch(
-    name: str, tensors: Sequence[Tensor], params: dict[str, Any], compute: Callable[[], list[Tensor]]
+    name: str,
+    tensors: Sequence[Tensor],
+    params: dict[str, Any],
+    compute: Callable[[], list[Tensor]],
+    program: bool = True,
 ) -> list[Tensor]:
     """Check placement, then run `compute` under the device's compile and trace rules."""
     device: Device | None = None
@@ -76,7 +82,7 @@ def _launch(
     for tensor in tensors:
         device.note_trace_input(tensor)
     signature = (name, tuple(_freeze(t) for t in tensors), _freeze(params))
-    return device.run_op(name, signature, compute)
+    return device.run_op(name, signature if program else None, compute, inputs=tensors, attrs=params)
 
 
 def _require_tile(name: str, *tensors: Tensor | None) -> None:
@@ -119,21 +125,23 @@ def matmul(
     activation: str | None = None,
     compute_kernel_config: Any = None,
     core_grid: CoreGrid | None = None,
-    **unused: Any,
 ) -> Tensor:
-    return linear(
+    """a @ b (+ activation): ttnn.linear without a bias."""
+    return _matmul(
+        "matmul",
         input_tensor_a,
         input_tensor_b,
-        bias=None,
-        transpose_a=transpose_a,
-        transpose_b=transpose_b,
-        memory_config=memory_config,
-        dtype=dtype,
-        program_config=program_config,
-        activation=activation,
-        compute_kernel_config=compute_kernel_config,
-        core_grid=core_grid,
-        _name="matmul",
+        None,
+        dict(
+            transpose_a=transpose_a,
+            transpose_b=transpose_b,
+            memory_config=memory_config,
+            dtype=dtype,
+            program_config=program_config,
+            activation=activation,
+            compute_kernel_config=compute_kernel_config,
+            core_grid=core_grid,
+        ),
     )
 
 
@@ -150,11 +158,33 @@ def linear(
     activation: str | None = None,
     compute_kernel_config: Any = None,
     core_grid: CoreGrid | None = None,
-    _name: str = "linear",
-    **unused: Any,
 ) -> Tensor:
-    """a @ b (+ bias) (+ activation); b is (..., K, N) as ttnn expects (torch weights transposed)."""
-    name = _name
+    """a @ b + bias (+ activation); b is (..., K, N) as ttnn expects (torch weights transposed)."""
+    return _matmul(
+        "linear",
+        input_tensor_a,
+        input_tensor_b,
+        bias,
+        dict(
+            transpose_a=transpose_a,
+            transpose_b=transpose_b,
+            memory_config=memory_config,
+            dtype=dtype,
+            program_config=program_config,
+            activation=activation,
+            compute_kernel_config=compute_kernel_config,
+            core_grid=core_grid,
+        ),
+    )
+
+
+def _matmul(
+    name: str, input_tensor_a: Tensor, input_tensor_b: Tensor, bias: Tensor | None, options: dict[str, Any]
+) -> Tensor:
+    """The matmul family: shape and layout checks, then torch math on the stored values."""
+    transpose_a, transpose_b = options["transpose_a"], options["transpose_b"]
+    activation, dtype, memory_config = options["activation"], options["dtype"], options["memory_config"]
+    core_grid = options["core_grid"]
     _require_tile(name, input_tensor_a, input_tensor_b, bias)
     if activation is not None and activation not in _ACTIVATIONS:
         raise EmulatorError(f"{name}: unknown activation {activation!r}")
@@ -182,17 +212,7 @@ def linear(
             out = _ACTIVATIONS[activation](out)
         return [_new(out, input_tensor_a, dtype, Layout.TILE, memory_config)]
 
-    params = dict(
-        bias=bias is not None,
-        transpose_a=transpose_a,
-        transpose_b=transpose_b,
-        dtype=dtype,
-        memory_config=memory_config,
-        program_config=program_config,
-        activation=activation,
-        compute_kernel_config=compute_kernel_config,
-        core_grid=core_grid,
-    )
+    params = dict(options, bias=bias is not None)
     return _launch(name, tensors, params, compute)[0]
 
 
@@ -207,7 +227,6 @@ def layer_norm(
     memory_config: MemoryConfig | None = None,
     program_config: Any = None,
     compute_kernel_config: Any = None,
-    **unused: Any,
 ) -> Tensor:
     """LayerNorm over the last dim; weight/bias hold W values (e.g. shape (1, W))."""
     _require_tile("layer_norm", input_tensor, weight, bias, residual_input_tensor)
@@ -271,7 +290,6 @@ def add(
     *,
     dtype: DataType | None = None,
     memory_config: MemoryConfig | None = None,
-    **unused: Any,
 ) -> Tensor:
     return _binary("add", torch.add, input_tensor_a, input_tensor_b, dtype, memory_config)
 
@@ -282,7 +300,6 @@ def mul(
     *,
     dtype: DataType | None = None,
     memory_config: MemoryConfig | None = None,
-    **unused: Any,
 ) -> Tensor:
     return _binary("mul", torch.mul, input_tensor_a, input_tensor_b, dtype, memory_config)
 
@@ -292,7 +309,6 @@ def gelu(
     *,
     fast_and_approximate_mode: bool = False,
     memory_config: MemoryConfig | None = None,
-    **unused: Any,
 ) -> Tensor:
     """Exact (erf) GELU; the approximate mode is recorded, not modelled."""
 
@@ -303,9 +319,7 @@ def gelu(
     return _launch("gelu", [input_tensor], params, compute)[0]
 
 
-def softmax(
-    input_tensor: Tensor, dim: int = -1, *, memory_config: MemoryConfig | None = None, **unused: Any
-) -> Tensor:
+def softmax(input_tensor: Tensor, dim: int = -1, *, memory_config: MemoryConfig | None = None) -> Tensor:
     _require_tile("softmax", input_tensor)
 
     def compute() -> list[Tensor]:
@@ -315,23 +329,43 @@ def softmax(
 
 
 # data movement ------------------------------------------------------------------------------
-def _host_or_device(name: str, tensor: Tensor, params: dict[str, Any], make: Callable[[], Tensor]) -> Tensor:
-    """Data-movement ops also run on host tensors (no device rules then)."""
+def _host_or_device(
+    name: str, tensor: Tensor, params: dict[str, Any], make: Callable[[], Tensor], program: bool = True
+) -> Tensor:
+    """Data-movement ops also run on host tensors (no device rules then); `program` False for a
+    metadata-only op (a reshape view), which needs no compiled program."""
     if tensor._device is None:
         return make()
-    return _launch(name, [tensor], params, lambda: [make()])[0]
+    return _launch(name, [tensor], params, lambda: [make()], program=program)[0]
+
+
+def reshape_is_view(old: Sequence[int], new: Sequence[int], layout: Layout) -> bool:
+    """Whether ttnn.reshape can return a view: the last dim unchanged and, in TILE, the rows on
+    both sides whole tiles (so no tile changes its padding); otherwise it copies."""
+    if not old or not new or old[-1] != new[-1]:
+        return False
+    if layout != Layout.TILE:
+        return True
+    rows = [dims[-2] if len(dims) >= 2 else 1 for dims in (old, new)]
+    return all(r % TILE_SIZE == 0 for r in rows)
 
 
 def reshape(
-    input_tensor: Tensor, shape: Sequence[int], *, memory_config: MemoryConfig | None = None, **unused: Any
+    input_tensor: Tensor, shape: Sequence[int], *, memory_config: MemoryConfig | None = None
 ) -> Tensor:
+    """A view when the layout allows (reshape_is_view), else a copy into a new buffer, which the
+    device counts (Device.reshape_copies): a copy costs a device op and, after a capture, is an
+    allocation the next replay can overwrite."""
     dims = tuple(int(d) for d in shape)
     if math.prod(dims) != input_tensor.volume():
         raise EmulatorError(f"reshape: {list(input_tensor.shape)} cannot become {list(dims)}")
+    view = reshape_is_view(tuple(input_tensor.shape), dims, input_tensor.layout)
 
     def make() -> Tensor:
+        if not view:
+            return _new(input_tensor.read().reshape(dims), input_tensor, memory_config=memory_config)
         # A view: same allocation (and allocation time) as the input (see Tensor).
-        view = Tensor(
+        result = Tensor(
             input_tensor.read().reshape(dims),
             input_tensor.dtype,
             input_tensor.layout,
@@ -340,14 +374,18 @@ def reshape(
             quantized=True,
             storage=input_tensor._storage,
         )
-        view.alloc_seq = input_tensor.alloc_seq
-        return view
+        result.alloc_seq = input_tensor.alloc_seq
+        return result
 
-    return _host_or_device("reshape", input_tensor, dict(shape=dims, memory_config=memory_config), make)
+    device = input_tensor._device
+    if device is not None and not view:
+        device.reshape_copies += 1
+    params = dict(shape=dims, memory_config=memory_config, view=view)
+    return _host_or_device("reshape", input_tensor, params, make, program=not view)
 
 
 def permute(
-    input_tensor: Tensor, dims: Sequence[int], *, memory_config: MemoryConfig | None = None, **unused: Any
+    input_tensor: Tensor, dims: Sequence[int], *, memory_config: MemoryConfig | None = None
 ) -> Tensor:
     order = tuple(int(d) for d in dims)
     if sorted(d % len(order) for d in order) != list(range(input_tensor.shape.rank)):
@@ -366,7 +404,6 @@ def to_layout(
     layout: Layout,
     dtype: DataType | None = None,
     memory_config: MemoryConfig | None = None,
-    **unused: Any,
 ) -> Tensor:
     """Tilize or untilize; a tensor already in `layout` comes back unchanged, as on the device."""
     if layout == tensor.layout and (dtype is None or dtype == tensor.dtype):
@@ -382,9 +419,7 @@ def to_layout(
     return _host_or_device("to_layout", tensor, params, make)
 
 
-def to_memory_config(
-    tensor: Tensor, memory_config: MemoryConfig, dtype: DataType | None = None, **unused: Any
-) -> Tensor:
+def to_memory_config(tensor: Tensor, memory_config: MemoryConfig, dtype: DataType | None = None) -> Tensor:
     from ._runtime import _check_memory_config
 
     def make() -> Tensor:
@@ -406,7 +441,6 @@ def split_query_key_value_and_split_heads(
     num_kv_heads: int | None = None,
     transpose_key: bool = True,
     memory_config: MemoryConfig | None = None,
-    **unused: Any,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(B, S, 3*H*D) laid out [q | k | v] -> q, v (B, H, S, D) and k (B, H, D, S) or (B, H, S, D)."""
     _require_tile("split_query_key_value_and_split_heads", input_tensor)
@@ -435,9 +469,7 @@ def split_query_key_value_and_split_heads(
     return q, k, v
 
 
-def concatenate_heads(
-    input_tensor: Tensor, *, memory_config: MemoryConfig | None = None, **unused: Any
-) -> Tensor:
+def concatenate_heads(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None) -> Tensor:
     """(B, H, S, D) -> (B, S, H*D)."""
     _require_tile("concatenate_heads", input_tensor)
     batch, heads, seq, head_dim = input_tensor.shape
@@ -460,9 +492,10 @@ def scaled_dot_product_attention(
     memory_config: MemoryConfig | None = None,
     program_config: SDPAProgramConfig | None = None,
     compute_kernel_config: Any = None,
-    **unused: Any,
 ) -> Tensor:
-    """softmax(q k^T * scale) v over (B, H, S, D) tensors, with the chunking checks of the kernel."""
+    """softmax(q k^T * scale + mask) v over (B, H, S, D) tensors, with the kernel's rules: operands
+    DRAM or L1 interleaved, a mask in DRAM and TILE, mask and causal exclusive, causal only for
+    Sq == Sk, chunk sizes tile multiples dividing Sq and Sk."""
     name = "scaled_dot_product_attention"
     _require_tile(name, input_tensor_q, input_tensor_k, input_tensor_v, attn_mask)
     q_shape, k_shape, v_shape = input_tensor_q.shape, input_tensor_k.shape, input_tensor_v.shape
@@ -470,6 +503,24 @@ def scaled_dot_product_attention(
         raise EmulatorError(
             f"{name}: shapes q {list(q_shape)}, k {list(k_shape)}, v {list(v_shape)} disagree"
         )
+    for label, tensor in (("q", input_tensor_q), ("k", input_tensor_k), ("v", input_tensor_v)):
+        config = tensor.memory_config()
+        if config is not None and config.is_sharded():
+            raise EmulatorError(f"{name}: {label} must be DRAM or L1 interleaved, not sharded")
+    if attn_mask is not None:
+        config = attn_mask.memory_config()
+        if config is not None and (config.buffer_type != BufferType.DRAM or config.is_sharded()):
+            raise EmulatorError(f"{name}: the mask must be in DRAM (interleaved)")
+        if is_causal:
+            raise EmulatorError(f"{name}: is_causal and attn_mask are exclusive (is_causal defaults to True)")
+        mask = attn_mask.shape
+        fits = len(mask) == 4 and mask[-2:] == (q_shape[2], k_shape[2])
+        if not fits or mask[0] not in (1, q_shape[0]) or mask[1] not in (1, q_shape[1]):
+            raise EmulatorError(
+                f"{name}: mask {list(mask)} does not fit q {list(q_shape)} and k {list(k_shape)}"
+            )
+    if is_causal and q_shape[2] != k_shape[2]:
+        raise EmulatorError(f"{name}: causal attention needs Sq == Sk, got {q_shape[2]} and {k_shape[2]}")
     if program_config is not None:
         device = input_tensor_q._device
         device.check_grid(program_config.compute_with_storage_grid_size, name)
@@ -479,7 +530,7 @@ def scaled_dot_product_attention(
         ):
             if chunk % 32 or seq % chunk:
                 raise EmulatorError(
-                    f"{name}: {label}_chunk_size {chunk} must be a tile multiple dividing {seq}"
+                    f"{name}: {label}_chunk_size {chunk} must be a tile multiple dividing S{label} = {seq}"
                 )
     scale_value = scale if scale is not None else q_shape[3] ** -0.5
     tensors = [input_tensor_q, input_tensor_k, input_tensor_v] + (
@@ -642,7 +693,6 @@ def max_pool2d(
     applied_shard_scheme: TensorMemoryLayout | None = None,
     dtype: DataType = DataType.BFLOAT16,
     output_layout: Layout = Layout.ROW_MAJOR,
-    **unused: Any,
 ) -> Tensor:
     """Max pool over a flattened NHWC input; output (1, 1, B*Ho*Wo, C)."""
     kh, kw = _pair(kernel_size)

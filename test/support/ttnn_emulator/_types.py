@@ -11,8 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Compute grid of a p150a with all 12x10 Tensix columns available to compute (Ethernet dispatch).
-FULL_GRID = (12, 10)
+#: Tensix columns x rows on the Blackhole die (140 cores); firmware harvests some columns.
+DIE_GRID = (14, 10)
 #: Tile side; TILE tensors pad their last two dims to multiples of it.
 TILE_SIZE = 32
 
@@ -86,9 +86,30 @@ class CoreRange:
         return CoreCoord(self.end.x - self.start.x + 1, self.end.y - self.start.y + 1)
 
 
-@dataclass(frozen=True)
 class CoreRangeSet:
-    ranges: frozenset[CoreRange] | set[CoreRange] | list[CoreRange]
+    """Core ranges as a frozen set: hashable and comparable however it was built (set or list),
+    as the real one is."""
+
+    def __init__(self, core_ranges: Any = ()) -> None:
+        if isinstance(core_ranges, CoreRange):
+            core_ranges = [core_ranges]
+        ranges = frozenset(core_ranges)
+        if not all(isinstance(r, CoreRange) for r in ranges):
+            raise TypeError("CoreRangeSet takes CoreRange values")
+        self._ranges = ranges
+
+    @property
+    def ranges(self) -> frozenset[CoreRange]:
+        return self._ranges
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CoreRangeSet) and other._ranges == self._ranges
+
+    def __hash__(self) -> int:
+        return hash(self._ranges)
+
+    def __repr__(self) -> str:
+        return f"CoreRangeSet({sorted(self._ranges, key=repr)})"
 
     def num_cores(self) -> int:
         return sum(r.grid_size().x * r.grid_size().y for r in self.ranges)
@@ -115,6 +136,9 @@ class ShardSpec:
     shape: tuple[int, int] | list[int]
     orientation: ShardOrientation = ShardOrientation.ROW_MAJOR
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
 
 @dataclass(frozen=True)
 class MemoryConfig:
@@ -139,7 +163,7 @@ class DispatchCoreConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class WormholeComputeKernelConfig:
-    """Compute kernel knobs. The emulator records them; it does not model fidelity loss."""
+    """Compute kernel knobs. math_fidelity selects the operand bits a matmul keeps (_numerics)."""
 
     math_fidelity: MathFidelity = MathFidelity.LoFi
     math_approx_mode: bool = True

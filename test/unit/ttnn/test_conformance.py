@@ -85,3 +85,74 @@ def test_emulator_bfloat8_b_equals_ttnn_host_packing(project_check):
         emulated = quantize_bfloat8_b(values)
         mismatched = int((emulated.view(torch.int32) != packed_by_ttnn.view(torch.int32)).sum())
         assert mismatched == 0, f"{key} {tuple(values.shape)}: {mismatched} values differ"
+
+
+#: Emulator helpers with no ttnn counterpart.
+EMULATOR_ONLY = {"quantize", "quantize_bfloat8_b", "reset"}
+_SIGNATURES = """
+import json, sys
+sys.path.insert(0, "tools")
+import ttnn, ttnn_conformance as tc
+out = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        out[name] = [vars(p) for p in tc.overloads(tc.resolve(ttnn, name))]
+    except AttributeError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+def _emulated_functions() -> dict[str, object]:
+    import inspect
+
+    import ttnn_emulator
+
+    found = {
+        name: getattr(ttnn_emulator, name)
+        for name in ttnn_emulator.__all__
+        if inspect.isfunction(getattr(ttnn_emulator, name)) and name not in EMULATOR_ONLY
+    }
+    found.update(
+        {f"transformer.{name}": fn for name, fn in vars(ttnn_emulator.transformer).items() if callable(fn)}
+    )
+    return {name: fn for name, fn in found.items() if inspect.isfunction(fn)}
+
+
+def test_emulator_signatures_accept_no_more_than_the_real_ones():
+    """The emulator refuses what ttnn refuses: no **kwargs, and every parameter it takes (by name,
+    and positionally where it allows that) is one the real function takes the same way."""
+    import inspect
+
+    functions = _emulated_functions()
+    assert {"linear", "layer_norm", "transformer.scaled_dot_product_attention", "record_event"} <= set(
+        functions
+    )
+    done = subprocess.run(
+        [str(_ttnn_python()), "-c", _SIGNATURES, json.dumps(sorted(functions))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    real = json.loads(done.stdout.strip().splitlines()[-1])
+    problems = []
+    for name, fn in sorted(functions.items()):
+        params = inspect.signature(fn).parameters.values()
+        if real[name] is None:
+            problems.append(f"{name}: not in ttnn")
+            continue
+        if any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params):
+            problems.append(f"{name}: takes *args or **kwargs")
+            continue
+        positional = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
+        keyword = [p.name for p in params if p.kind == p.KEYWORD_ONLY]
+
+        def fits(overload: dict, positional: list[str] = positional, keyword: list[str] = keyword) -> bool:
+            real_positional = [n.lstrip("\\*") for n in overload["positional"] if n.strip("\\*")]
+            named = set(real_positional[overload["positional_only"] :]) | set(overload["keyword_only"])
+            return positional == real_positional[: len(positional)] and set(keyword) <= named
+
+        if not any(fits(o) for o in real[name]):
+            problems.append(f"{name}{inspect.signature(fn)} vs real {real[name]}")
+    assert not problems, "\n".join(problems)

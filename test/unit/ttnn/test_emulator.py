@@ -108,13 +108,28 @@ def test_one_owner_per_chip(ttnn, device):
         ttnn.open_device(device_id=0)
 
 
-def test_dispatch_choice_sets_the_grid(ttnn):
+@pytest.mark.parametrize("harvested, worker, ethernet", [(0, 13, 14), (1, 12, 13), (2, 11, 12)])
+def test_the_grid_follows_harvesting_and_dispatch(ttnn, harvested, worker, ethernet):
+    ttnn.SETTINGS.harvested_columns = harvested
+    dev = ttnn.open_device(device_id=0)  # tt-metal's default on Blackhole: worker dispatch on a column
+    assert (dev.compute_with_storage_grid_size().x, dev.compute_with_storage_grid_size().y) == (worker, 10)
+    ttnn.close_device(dev)
+    ttnn.SETTINGS.eth_dispatch_opens = True
     eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
     dev = ttnn.open_device(device_id=0, dispatch_core_config=eth)
-    assert (dev.compute_with_storage_grid_size().x, dev.compute_with_storage_grid_size().y) == (12, 10)
-    ttnn.close_device(dev)
-    dev = ttnn.open_device(device_id=0)
-    assert (dev.compute_with_storage_grid_size().x, dev.compute_with_storage_grid_size().y) == (11, 10)
+    assert (dev.compute_with_storage_grid_size().x, dev.compute_with_storage_grid_size().y) == (ethernet, 10)
+
+
+def test_ethernet_dispatch_fails_to_open_on_current_builds(ttnn):
+    eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
+    with pytest.raises(ttnn.EmulatorError, match="No core coordinate found"):
+        ttnn.open_device(device_id=0, dispatch_core_config=eth)
+    ttnn.close_device(ttnn.open_device(device_id=0))  # the default: a retry in the same process works
+    ttnn.SETTINGS.failed_open_breaks_process = True
+    with pytest.raises(ttnn.EmulatorError, match="No core coordinate found"):
+        ttnn.open_device(device_id=0, dispatch_core_config=eth)
+    with pytest.raises(ttnn.EmulatorError, match="cannot open a device any more"):
+        ttnn.open_device(device_id=0)
 
 
 def test_sharded_memory_configs_are_checked(ttnn, device):
@@ -134,7 +149,7 @@ def test_sharded_memory_configs_are_checked(ttnn, device):
             layout=ttnn.TILE_LAYOUT,
             device=device,
             memory_config=sharded(11, 0, (32, 64)),
-        )  # 12 columns: one is dispatch here
+        )  # 12 columns: a p150a computes on 11 with worker dispatch
     with pytest.raises(ttnn.EmulatorError, match="divide"):
         ttnn.from_torch(
             x,
@@ -296,8 +311,6 @@ def test_trace_rules(ttnn, device):
             ttnn.from_torch(torch.zeros(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT), x
         )
     ttnn.end_trace_capture(device, trace, cq_id=0)
-    with pytest.raises(ttnn.EmulatorError, match="already captured"):
-        ttnn.begin_trace_capture(device, cq_id=0)
     late = _dev(ttnn, device, torch.ones(32, 32))
     ttnn.execute_trace(device, trace, cq_id=0)
     with pytest.raises(ttnn.EmulatorError, match="overwritten by a replay"):
@@ -311,7 +324,7 @@ def test_trace_rules(ttnn, device):
     ttnn.close_device(device)
 
 
-def test_only_command_queue_0_exists(ttnn, device):
+def test_open_device_has_only_command_queue_0(ttnn, device):
     with pytest.raises(ttnn.EmulatorError, match="command queue 1"):
         ttnn.begin_trace_capture(device, cq_id=1)
     buffer = ttnn.allocate_tensor_on_device(ttnn.Shape([32, 32]), ttnn.bfloat16, ttnn.TILE_LAYOUT, device)
@@ -342,3 +355,301 @@ def test_as_tensor_caches_the_conversion(ttnn, device, tmp_path):
     )  # served from the cache, not converted
     assert torch.equal(ttnn.to_torch(second), ttnn.to_torch(first))
     assert math.isclose(_pcc(ttnn.to_torch(first), x), 1.0, abs_tol=1e-3)
+
+
+# strictness: each rule refuses a deliberately wrong call -----------------------------------------
+def _l1_sharded(ttnn, cores_x: int, shard: tuple[int, int]):
+    grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(cores_x - 1, 0))})
+    spec = ttnn.ShardSpec(grid, shard, ttnn.ShardOrientation.ROW_MAJOR)
+    return ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1, spec)
+
+
+def test_l1_buffers_must_fit_the_bank_of_each_core(ttnn, device):
+    cores = 11 * 10
+
+    # Interleaved bfloat16 tiles (2 KiB) go round-robin over the cores' banks: 697 tiles per core
+    # is 1,427,456 B, just inside the 1,428,352 B bank; one more tile per core is not.
+    def l1(values):
+        return ttnn.from_torch(
+            values,
+            dtype=ttnn.bfloat16,
+            layout=ttnn.TILE_LAYOUT,
+            device=device,
+            memory_config=ttnn.L1_MEMORY_CONFIG,
+        )
+
+    big = l1(torch.zeros(1, 1, 32 * 697, 32 * cores))
+    assert device.l1_used_per_core() == 697 * 2048
+    with pytest.raises(
+        ttnn.EmulatorError, match=r"needs 2,048 B per core in L1; 1,427,456 B of the 1,428,352 B"
+    ):
+        l1(torch.zeros(32, 32))
+    small = _dev(ttnn, device, torch.zeros(32, 32))  # DRAM is not L1: this fits
+    with pytest.raises(ttnn.EmulatorError, match="Out of Memory"):
+        ttnn.add(small, 1.0, memory_config=ttnn.L1_MEMORY_CONFIG)  # an op's L1 output is a buffer too
+    ttnn.deallocate(big)
+    assert device.l1_used_per_core() == 0
+    kept = l1(torch.zeros(32, 32))
+    view = ttnn.reshape(kept, (1, 32, 32))  # a view takes no second buffer
+    assert device.l1_used_per_core() == 2048 and view.is_allocated()
+
+
+def test_a_shard_larger_than_the_bank_fails_with_the_figure(ttnn, device):
+    # 2 MiB per core, which the real library refuses too (DESIGN.md 5b).
+    x = torch.zeros(1, 1, 8 * 1024, 1024)
+    with pytest.raises(ttnn.EmulatorError, match=r"needs 2,097,152 B per core in L1.*1,428,352 B bank"):
+        ttnn.from_torch(
+            x,
+            dtype=ttnn.bfloat16,
+            layout=ttnn.TILE_LAYOUT,
+            device=device,
+            memory_config=_l1_sharded(ttnn, 8, (1024, 1024)),
+        )
+    half = ttnn.from_torch(
+        x[:, :, : 4 * 1024],
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=device,
+        memory_config=_l1_sharded(ttnn, 8, (512, 1024)),
+    )  # 1 MiB per core fits
+    assert device.l1_used_per_core() == 512 * 1024 * 2 and half.is_allocated()
+
+
+def test_reshape_copies_unless_it_can_be_a_view(ttnn, device):
+    source = _dev(ttnn, device, torch.randn(1, 64, 96))
+    assert device.reshape_copies == 0
+    view = ttnn.reshape(source, (2, 32, 96))  # last dim kept, rows 64 -> 32: whole tiles
+    assert view._storage is source._storage and device.reshape_copies == 0
+    copy = ttnn.reshape(source, (1, 96, 64))  # last dim changes: a copy
+    odd = ttnn.reshape(source, (4, 16, 96))  # rows of 16 are not whole tiles: a copy
+    assert device.reshape_copies == 2
+    assert copy._storage is not source._storage and odd._storage is not source._storage
+    ttnn.deallocate(source)
+    assert copy.is_allocated() and not view.is_allocated()
+    assert torch.equal(ttnn.to_torch(odd).float().reshape(-1), ttnn.to_torch(copy).float().reshape(-1))
+    rows = ttnn.to_layout(_dev(ttnn, device, torch.randn(1, 6, 4, 8)), ttnn.ROW_MAJOR_LAYOUT)
+    ttnn.reshape(rows, (1, 24, 8))  # ROW_MAJOR with the last dim kept: a view
+    assert device.reshape_copies == 2
+
+
+def test_a_reshape_copy_after_a_capture_is_overwritten_by_the_replay(ttnn, device):
+    x = _dev(ttnn, device, torch.randn(32, 32))
+    ttnn.add(x, 1.0)
+    ttnn.reshape(x, (16, 64))  # compiled before the capture
+    trace = ttnn.begin_trace_capture(device, cq_id=0)
+    ttnn.add(x, 1.0)
+    ttnn.end_trace_capture(device, trace, cq_id=0)
+    late = ttnn.reshape(x, (16, 64))  # a cached program, but an implicit allocation after the capture
+    ttnn.execute_trace(device, trace, cq_id=0)
+    with pytest.raises(ttnn.EmulatorError, match="overwritten by a replay"):
+        ttnn.to_torch(late)
+    ttnn.release_trace(device, trace)
+
+
+def _qkv(ttnn, device, sq=64, sk=64, memory_config=None):
+    make = lambda s: ttnn.from_torch(  # noqa: E731
+        torch.randn(1, 2, s, 32),
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=device,
+        memory_config=memory_config,
+    )
+    return make(sq), make(sk), make(sk)
+
+
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("sharded operand", "interleaved, not sharded"),
+        ("mask in L1", "mask must be in DRAM"),
+        ("mask row major", "TILE"),
+        ("mask and causal", "exclusive"),
+        ("causal Sq != Sk", "Sq == Sk"),
+        ("Sk % k_chunk", "dividing Sk = 96"),
+        ("Sq % q_chunk", "dividing Sq = 64"),
+    ],
+)
+def test_sdpa_refuses_what_the_kernel_refuses(ttnn, device, case, match):
+    sdpa = ttnn.transformer.scaled_dot_product_attention
+    q, k, v = _qkv(ttnn, device)
+    chunks = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), q_chunk_size=32, k_chunk_size=32)
+    mask = torch.zeros(1, 1, 64, 64)
+    kwargs: dict = dict(is_causal=False, program_config=chunks)
+    if case == "sharded operand":
+        q, k, v = _qkv(ttnn, device, memory_config=_l1_sharded(ttnn, 4, (32, 32)))
+    elif case == "mask in L1":
+        kwargs["attn_mask"] = ttnn.from_torch(
+            mask,
+            dtype=ttnn.bfloat16,
+            layout=ttnn.TILE_LAYOUT,
+            device=device,
+            memory_config=ttnn.L1_MEMORY_CONFIG,
+        )
+    elif case == "mask row major":
+        kwargs["attn_mask"] = _dev(ttnn, device, mask, layout=ttnn.ROW_MAJOR_LAYOUT)
+    elif case == "mask and causal":
+        kwargs.update(attn_mask=_dev(ttnn, device, mask), is_causal=True)
+    elif case == "causal Sq != Sk":
+        q, k, v = _qkv(ttnn, device, sq=64, sk=96)
+        kwargs["is_causal"] = True
+    elif case == "Sk % k_chunk":
+        q, k, v = _qkv(ttnn, device, sq=64, sk=96)
+        kwargs["program_config"] = ttnn.SDPAProgramConfig(
+            compute_with_storage_grid_size=(8, 8), q_chunk_size=32, k_chunk_size=64
+        )
+    elif case == "Sq % q_chunk":
+        kwargs["program_config"] = ttnn.SDPAProgramConfig(
+            compute_with_storage_grid_size=(8, 8), q_chunk_size=96, k_chunk_size=32
+        )
+    with pytest.raises(ttnn.EmulatorError, match=match):
+        sdpa(q, k, v, **kwargs)
+
+
+def test_sdpa_accepts_a_dram_mask_that_broadcasts(ttnn, device):
+    q, k, v = _qkv(ttnn, device)
+    bias = torch.randn(1, 1, 64, 64)
+    out = ttnn.transformer.scaled_dot_product_attention(
+        q, k, v, attn_mask=_dev(ttnn, device, bias), is_causal=False
+    )
+    ref = [ttnn.to_torch(t).float() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(*ref, attn_mask=bias.bfloat16().float())
+    assert _pcc(ttnn.to_torch(out), want) > 0.999
+
+
+def test_several_traces_per_device_and_what_their_replays_clobber(ttnn, device):
+    w = _dev(ttnn, device, torch.randn(32, 32))
+    x = ttnn.allocate_tensor_on_device(ttnn.Shape([32, 32]), ttnn.bfloat16, ttnn.TILE_LAYOUT, device)
+    ttnn.copy_host_to_device_tensor(
+        ttnn.from_torch(torch.randn(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT), x
+    )
+    _path(ttnn, x, w)
+    ttnn.mul(x, 2.0)  # compile both paths before the first capture
+    first = ttnn.begin_trace_capture(device, cq_id=0)
+    out_first = _path(ttnn, x, w)
+    ttnn.end_trace_capture(device, first, cq_id=0)
+    with pytest.raises(ttnn.EmulatorError, match="inside a trace capture"):
+        nested = ttnn.begin_trace_capture(device, cq_id=0)
+        ttnn.synchronize_device(device)
+    ttnn.end_trace_capture(device, nested, cq_id=0)
+    ttnn.release_trace(device, nested)
+    second = ttnn.begin_trace_capture(device, cq_id=0)
+    with pytest.raises(ttnn.EmulatorError, match="already in progress"):
+        ttnn.begin_trace_capture(device, cq_id=0)
+    out_second = ttnn.mul(x, 2.0)
+    ttnn.end_trace_capture(device, second, cq_id=0)
+    ttnn.execute_trace(device, second, cq_id=0)
+    ttnn.execute_trace(device, first, cq_id=0)
+    assert torch.equal(ttnn.to_torch(out_first), ttnn.to_torch(_path(ttnn, x, w)))
+    # The second trace's buffers were allocated after the first was captured: its replay may reuse them.
+    with pytest.raises(ttnn.EmulatorError, match="overwritten by a replay"):
+        ttnn.to_torch(out_second)
+    ttnn.execute_trace(device, second, cq_id=0)
+    assert torch.equal(ttnn.to_torch(out_second), ttnn.to_torch(x).float() * 2)
+    ttnn.release_trace(device, first)
+    with pytest.raises(ttnn.EmulatorError, match="release_trace first"):
+        ttnn.close_device(device)
+    ttnn.release_trace(device, second)
+    with pytest.raises(ttnn.EmulatorError, match="released"):
+        ttnn.execute_trace(device, first, cq_id=0)
+
+
+def test_a_program_compiled_after_a_capture_breaks_the_next_replay(ttnn, device):
+    x = _dev(ttnn, device, torch.randn(32, 32))
+    ttnn.add(x, 1.0)
+    trace = ttnn.begin_trace_capture(device, cq_id=0)
+    ttnn.add(x, 1.0)
+    ttnn.end_trace_capture(device, trace, cq_id=0)
+    ttnn.execute_trace(device, trace, cq_id=0)
+    ttnn.mul(x, 3.0)  # a new program: its binary and cache entries are allocated after the capture
+    with pytest.raises(ttnn.EmulatorError, match="compiled after this trace was captured"):
+        ttnn.execute_trace(device, trace, cq_id=0)
+    ttnn.release_trace(device, trace)
+
+
+@pytest.mark.parametrize("call", ["synchronize", "record", "wait", "event_synchronize"])
+def test_no_synchronize_or_event_inside_a_capture(ttnn, call):
+    device = ttnn.open_mesh_device(ttnn.MeshShape(1, 1), trace_region_size=1 << 20, num_command_queues=2)
+    event = ttnn.record_event(device, 1)
+    trace = ttnn.begin_trace_capture(device, cq_id=0)
+    with pytest.raises(ttnn.EmulatorError, match="inside a trace capture"):
+        if call == "synchronize":
+            ttnn.synchronize_device(device)
+        elif call == "record":
+            ttnn.record_event(device, 0)
+        elif call == "wait":
+            ttnn.wait_for_event(0, event)
+        else:
+            ttnn.event_synchronize(event)
+    ttnn.end_trace_capture(device, trace, cq_id=0)
+    ttnn.release_trace(device, trace)
+
+
+def _two_queue_frame(ttnn, device, buffer, trace, pixels, events: bool, last_op_event):
+    """The two-queue pattern: queue 1 writes the next input, queue 0 replays on it."""
+    host = ttnn.from_torch(pixels, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    if events and last_op_event is not None:
+        ttnn.wait_for_event(1, last_op_event)  # the previous replay has read the input
+    ttnn.copy_host_to_device_tensor(host, buffer, cq_id=1)
+    if events:
+        ttnn.wait_for_event(0, ttnn.record_event(device, 1))
+    ttnn.execute_trace(device, trace, cq_id=0, blocking=False)
+    return ttnn.record_event(device, 0) if events else None
+
+
+@pytest.mark.parametrize("events", [True, False])
+def test_two_command_queues_need_events_between_them(ttnn, events):
+    device = ttnn.open_mesh_device(ttnn.MeshShape(1, 1), trace_region_size=1 << 20, num_command_queues=2)
+    w = _dev(ttnn, device, torch.randn(32, 32))
+    buffer = ttnn.allocate_tensor_on_device(ttnn.Shape([32, 32]), ttnn.bfloat16, ttnn.TILE_LAYOUT, device)
+    ttnn.copy_host_to_device_tensor(
+        ttnn.from_torch(torch.zeros(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT), buffer, cq_id=0
+    )
+    _path(ttnn, buffer, w)
+    trace = ttnn.begin_trace_capture(device, cq_id=0)
+    out = _path(ttnn, buffer, w)
+    ttnn.end_trace_capture(device, trace, cq_id=0)
+    ttnn.synchronize_device(device)
+    frames = [torch.randn(32, 32) for _ in range(3)]
+    if not events:
+        with pytest.raises(ttnn.EmulatorError, match="race on"):
+            _two_queue_frame(ttnn, device, buffer, trace, frames[0], False, None)
+        ttnn.release_trace(device, trace)
+        return
+    op_event = None
+    for pixels in frames:
+        op_event = _two_queue_frame(ttnn, device, buffer, trace, pixels, True, op_event)
+        got = ttnn.to_torch(out).float()
+        want = pixels.bfloat16().float() @ ttnn.to_torch(w).float() + 1.0
+        assert _pcc(got, want) > 0.9999
+    # Skipping the wait for the previous replay is a race too (the input may still be read).
+    host = ttnn.from_torch(frames[0], dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    ttnn.execute_trace(device, trace, cq_id=0, blocking=False)
+    with pytest.raises(ttnn.EmulatorError, match="race on"):
+        ttnn.copy_host_to_device_tensor(host, buffer, cq_id=1)
+    ttnn.release_trace(device, trace)
+
+
+def test_core_range_sets_are_hashable_however_they_are_built(ttnn):
+    core_range = ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(3, 1))
+    from_set, from_list = ttnn.CoreRangeSet({core_range}), ttnn.CoreRangeSet([core_range])
+    assert from_set == from_list and hash(from_set) == hash(from_list)
+    assert from_set.num_cores() == 8
+    spec = ttnn.ShardSpec(from_set, [32, 64], ttnn.ShardOrientation.ROW_MAJOR)
+    config = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1, spec)
+    assert {config: 1}[config] == 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda ttnn, t: ttnn.linear(t, t, activaton="gelu"),
+        lambda ttnn, t: ttnn.matmul(t, t, bias=t),
+        lambda ttnn, t: ttnn.add(t, t, memory_configs=None),
+        lambda ttnn, t: ttnn.layer_norm(t, eps=1e-6),
+        lambda ttnn, t: ttnn.transformer.scaled_dot_product_attention(t, t, t, causal=False),
+        lambda ttnn, t: ttnn.reshape(t, (32, 32), view=True),
+    ],
+)
+def test_misspelled_keywords_are_refused(ttnn, device, call):
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        call(ttnn, _dev(ttnn, device, torch.randn(32, 32)))

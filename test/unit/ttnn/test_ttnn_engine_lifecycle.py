@@ -17,21 +17,39 @@ def _engine(ttnn, model, tokenizer, **kwargs):
     return TtnnEngine(model, tokenizer, ttnn_module=ttnn, **kwargs)
 
 
-def test_prefers_ethernet_dispatch_and_the_full_grid(ttnn, tiny_model, tokenizer):
+@pytest.mark.parametrize("harvested, grid", [(2, (11, 10)), (1, (12, 10)), (0, (13, 10))])
+def test_opens_with_worker_dispatch_and_reads_the_grid(ttnn, tiny_model, tokenizer, harvested, grid):
     from tt_sam3_ros.engines.base import Engine
 
+    ttnn.SETTINGS.harvested_columns = harvested
     with _engine(ttnn, tiny_model, tokenizer) as engine:
         assert isinstance(engine, Engine)
-        assert engine.settings.grid == (12, 10)
+        assert engine.device.dispatch_core_config.type is None  # tt-metal's own default
+        assert engine.settings.grid == grid
+        assert f"{grid[0]}x{grid[1]} compute grid, worker dispatch" in engine.describe()["device"]
+
+
+def test_ethernet_dispatch_only_when_asked_and_falls_back(ttnn, tiny_model, tokenizer, caplog):
+    with (
+        caplog.at_level(logging.WARNING),
+        _engine(ttnn, tiny_model, tokenizer, dispatch="ethernet") as engine,
+    ):
+        assert engine.dispatch == "worker" and engine.settings.grid == (11, 10)
+    assert "Ethernet dispatch did not open" in caplog.text and "No core coordinate" in caplog.text
+    ttnn.SETTINGS.eth_dispatch_opens = True
+    with _engine(ttnn, tiny_model, tokenizer, dispatch="ethernet") as engine:
+        assert engine.dispatch == "ethernet" and engine.settings.grid == (12, 10)
         assert "12x10 compute grid, ethernet dispatch" in engine.describe()["device"]
+    with pytest.raises(EngineError, match="dispatch 'eth'"):
+        _engine(ttnn, tiny_model, tokenizer, dispatch="eth")
 
 
-def test_falls_back_to_worker_dispatch_with_a_warning(ttnn, tiny_model, tokenizer, caplog):
-    ttnn.SETTINGS.eth_dispatch_supported = False
-    with caplog.at_level(logging.WARNING), _engine(ttnn, tiny_model, tokenizer) as engine:
-        assert engine.settings.grid == (11, 10)
-        assert "worker dispatch" in engine.describe()["device"]
-    assert "Ethernet dispatch unavailable" in caplog.text
+def test_a_failed_ethernet_open_that_breaks_the_process_is_reported(ttnn, tiny_model, tokenizer):
+    ttnn.SETTINGS.failed_open_breaks_process = True
+    with pytest.raises(
+        EngineError, match=r"ethernet dispatch: .*No core coordinate.*worker dispatch: .*any more"
+    ):
+        _engine(ttnn, tiny_model, tokenizer, dispatch="ethernet")
 
 
 @pytest.mark.parametrize("situation", ["absent", "held"])
@@ -54,10 +72,10 @@ def test_close_releases_trace_and_chip_and_is_idempotent(ttnn, tiny_model, token
     engine = _engine(ttnn, tiny_model, tokenizer)
     engine.warmup_image_path()
     device = engine.device
-    assert device.capturing is False and device._trace is not None
+    assert device.capturing is False and len(device._traces) == 1
     engine.close()
     engine.close()
-    assert device._trace is None
+    assert not device._traces
     ttnn.close_device(ttnn.open_device(device_id=0))  # the chip is free again
     with pytest.raises(EngineError, match="closed"):
         engine.encode_image(np.zeros((1, 3, 1008, 1008), dtype=np.float32))
@@ -114,3 +132,32 @@ def test_missing_ttnn_gives_an_actionable_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ttnn", None)
     with pytest.raises(EngineError, match="tt-metal"):
         load_ttnn(None)
+
+
+def test_a_failed_trace_capture_releases_its_trace(ttnn):
+    """A capture that raises must not leave a trace id behind (it would look captured, and the
+    device could not close): the trace is released and a later capture starts afresh."""
+    import torch
+
+    from tt_sam3_ros.engines.ttnn_model.trace import TracedImagePath
+
+    device = ttnn.open_device(device_id=0, trace_region_size=1 << 20)
+    weight = ttnn.from_torch(torch.eye(32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+    calls = []
+
+    def forward(x):
+        calls.append(device.capturing)
+        if device.capturing and len(calls) == 2:
+            raise RuntimeError("program cache miss during capture")
+        return [ttnn.matmul(x, weight)]
+
+    path = TracedImagePath(ttnn, device, forward, (32, 32))
+    frame = ttnn.from_torch(torch.ones(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    with pytest.raises(RuntimeError, match="cache miss"):
+        path.capture(frame)
+    assert not path.captured and not device._traces and not device.capturing
+    path.capture(frame)  # a retry captures a fresh trace
+    assert path.captured
+    assert torch.equal(ttnn.to_torch(path.run(frame)[0]).float(), torch.ones(32, 32))
+    path.release()
+    ttnn.close_device(device)

@@ -138,7 +138,8 @@ class DeviceSettings:
     """Program choices made once per device, from its compute grid.
 
     Attributes:
-        grid: (x, y) compute grid the ops may use (12x10 with Ethernet dispatch, else 11x10).
+        grid: (x, y) compute grid the ops may use, as the opened device reports it (11x10 on a
+            p150a with worker dispatch; 12 or 13 columns with less harvesting).
         memory: where activations live (DRAM interleaved: correctness first; sharding the
             activations in L1 is the next step, and only a chip can show it pays).
         matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.

@@ -7,7 +7,8 @@ Trace rules this code keeps (tt-metal's, and the emulator enforces them):
   prepared, a host write) outside the capture;
 - nothing inside the capture reads from or writes to the host;
 - the capture's outputs are the buffers every replay writes; they are read after the replay;
-- the trace is released before capturing again and before the device closes.
+- the trace is released before capturing again and before the device closes; a capture that
+  fails is ended and released at once, so no trace id outlives it.
 """
 
 from __future__ import annotations
@@ -51,11 +52,16 @@ class TracedImagePath:
         for tensor in self.forward(self.input):
             ttnn.deallocate(tensor)
         ttnn.synchronize_device(self.device)
-        self.trace_id = ttnn.begin_trace_capture(self.device, cq_id=0)
+        trace_id = ttnn.begin_trace_capture(self.device, cq_id=0)
         try:
-            self.outputs = self.forward(self.input)
-        finally:
-            ttnn.end_trace_capture(self.device, self.trace_id, cq_id=0)
+            outputs = self.forward(self.input)
+        except BaseException:
+            # A failed capture keeps no trace: end it, release it, and look uncaptured.
+            ttnn.end_trace_capture(self.device, trace_id, cq_id=0)
+            ttnn.release_trace(self.device, trace_id)
+            raise
+        ttnn.end_trace_capture(self.device, trace_id, cq_id=0)
+        self.trace_id, self.outputs = trace_id, outputs
         ttnn.synchronize_device(self.device)
 
     def run(self, host_input: Any) -> list[Any]:
