@@ -31,7 +31,8 @@ from vision_msgs.msg import (
     VisionClass,
 )
 
-from tt_sam3_ros.errors import InputError
+from tt_sam3_ros import preprocess
+from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES, SegmentationResult
 
 #: Encodings accepted on the raw image topic, with their channel counts.
@@ -43,9 +44,6 @@ _REJECTED_WHY: dict[str, str] = {
     "16uc1": "16-bit depth images carry no colour for SAM 3",
     "32fc1": "float depth images carry no colour for SAM 3",
 }
-
-_JPEG_MAGIC = b"\xff\xd8\xff"
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def image_to_rgb(msg: Image) -> np.ndarray:
@@ -107,32 +105,41 @@ def _unsupported_encoding_reason(encoding: str) -> str:
     accepted = ", ".join(SUPPORTED_ENCODINGS)
     why = _REJECTED_WHY.get(encoding.strip().lower())
     detail = f" ({why})" if why else ""
-    return f"unsupported image encoding '{encoding}'{detail}; accepted: {accepted}"
+    return f"unsupported image encoding {quoted(encoding)}{detail}; accepted: {accepted}"
 
 
-def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
+def compressed_to_rgb(msg: CompressedImage, max_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE) -> np.ndarray:
     """Decode a JPEG or PNG sensor_msgs/CompressedImage into uint8 (height, width, 3) RGB.
 
     The payload's own magic bytes decide the codec: the ``format`` field is free text
     ("jpeg", "bgr8; jpeg compressed bgr8", ...) and is only quoted in errors.
     compressedDepth payloads (16-bit PNG behind a 12-byte header) are refused.
+    The size the header declares is checked against ``max_side`` before decoding: a
+    1 MB PNG can declare 20000x20000 pixels, 1.2 GB once decoded.
 
     Raises:
-        ValueError: a payload that is neither JPEG nor PNG, or one OpenCV cannot decode.
+        InputError: a payload that is neither JPEG nor PNG, one whose header declares a
+            side outside 2..``max_side``, or one OpenCV cannot decode.
     """
     payload = np.frombuffer(msg.data, dtype=np.uint8)
     head = payload[:8].tobytes()
     if "compresseddepth" in msg.format.lower():
-        raise InputError(f"compressedDepth images carry no colour for SAM 3 (format '{msg.format}')")
-    if not (head.startswith(_JPEG_MAGIC) or head.startswith(_PNG_MAGIC)):
+        raise InputError(f"compressedDepth images carry no colour for SAM 3 (format {quoted(msg.format)})")
+    if not (head.startswith(preprocess.JPEG_MAGIC) or head.startswith(preprocess.PNG_MAGIC)):
         raise InputError(
-            f"compressed image is neither JPEG nor PNG (format '{msg.format}', {payload.size} bytes)"
+            f"compressed image is neither JPEG nor PNG (format {quoted(msg.format)}, {payload.size} bytes)"
         )
+    what = f"compressed image ({quoted(msg.format)}, {payload.size} bytes)"
+    try:
+        width, height = preprocess.declared_size(memoryview(payload))
+    except InputError as error:
+        raise InputError(f"corrupt {what}: {error}") from None
+    preprocess.check_declared_size((width, height), what, max_side)
     bgr = cv2.imdecode(payload, cv2.IMREAD_COLOR)
     if bgr is None or bgr.size == 0:
-        raise InputError(
-            f"corrupt compressed image: OpenCV could not decode {payload.size} bytes ({msg.format})"
-        )
+        raise InputError(f"corrupt {what}: OpenCV could not decode it")
+    if sorted(bgr.shape[:2]) != sorted((height, width)):  # sorted: EXIF may turn a JPEG a quarter
+        raise InputError(f"corrupt {what}: its header says {width}x{height}, its pixels are another size")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 

@@ -153,6 +153,14 @@ def test_corrupt_jpeg_is_rejected() -> None:
         compressed_to_rgb(msg)
 
 
+@pytest.mark.parametrize("extension", [".png", ".jpg"])
+def test_compressed_side_limit_is_the_callers_and_checked_from_the_header(extension: str) -> None:
+    msg = _compressed(extension, np.zeros((8, 300, 3), np.uint8), "png")
+    with pytest.raises(ValueError, match="declares 300x8 pixels; the largest side allowed is 256"):
+        compressed_to_rgb(msg, max_side=256)
+    assert compressed_to_rgb(msg, max_side=300).shape == (8, 300, 3)
+
+
 @pytest.mark.parametrize(
     ("fmt", "data", "reason"),
     [

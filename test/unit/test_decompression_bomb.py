@@ -1,0 +1,148 @@
+"""Small files that declare huge pictures are refused from their header, before any pixel is decoded.
+
+Issue 10, defect 2: a 1.2 MB PNG of a 20000x20000 single colour was decoded to a 1.2 GB bitmap
+before the size check. The peak memory of a fresh process is measured around the refusals (every
+entry point: CompressedImage messages, files and bytes given to the Python API, the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+BOMB_SIDE = 20000
+#: Allowed growth of the peak RSS across all the refusals; decoding one bomb costs 1.2 GB.
+PEAK_GROWTH_LIMIT = 100 * 1024 * 1024
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_bomb(side: int, colour: tuple[int, int, int] = (30, 60, 90), rows_per_block: int = 100) -> bytes:
+    """A valid RGB PNG of side x side pixels of one colour, made without holding its pixels.
+
+    Rows after the first use the "up" filter (all zero bytes). Each block of rows is deflated
+    after a full flush, which resets the compressor, so one compressed block can be repeated;
+    the zlib checksum is accumulated block by block.
+    """
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = b"\x00" + bytes(colour) * side
+    row = b"\x02" + bytes(3 * side)
+    blocks, tail = divmod(side - 1, rows_per_block)
+    block = row * rows_per_block
+    head = compressor.compress(first) + compressor.flush(zlib.Z_FULL_FLUSH)
+    middle = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    end = compressor.compress(row * tail) + compressor.flush(zlib.Z_FINISH)
+    checksum = zlib.adler32(first)
+    for _ in range(blocks):
+        checksum = zlib.adler32(block, checksum)
+    checksum = zlib.adler32(row * tail, checksum)
+    stream = b"\x78\xda" + head + middle * blocks + end + struct.pack(">I", checksum)
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    chunks = _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", stream) + _png_chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunks
+
+
+def jpeg_declaring(width: int, height: int) -> bytes:
+    """A small baseline JPEG whose frame header (SOF0) is rewritten to declare width x height."""
+    ok, encoded = cv2.imencode(".jpg", np.full((16, 16, 3), 128, np.uint8))
+    assert ok
+    data = bytearray(encoded.tobytes())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def test_the_generated_png_is_a_real_picture_of_its_declared_size() -> None:
+    # The generator itself, on a size that is cheap to decode.
+    small = png_bomb(300, rows_per_block=7)
+    pixels = cv2.imdecode(np.frombuffer(small, np.uint8), cv2.IMREAD_COLOR)
+    assert pixels.shape == (300, 300, 3)
+    assert np.all(pixels == (90, 60, 30))  # BGR of the colour
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bombs")
+    png, jpeg = folder / "bomb.png", folder / "bomb.jpg"
+    png.write_bytes(png_bomb(BOMB_SIDE))
+    jpeg.write_bytes(jpeg_declaring(BOMB_SIDE, BOMB_SIDE))
+    return {"png": png, "jpeg": jpeg}
+
+
+_MEASURE = """
+import json, resource, sys
+from sensor_msgs.msg import CompressedImage
+from tt_sam3_ros import messages, preprocess
+from tt_sam3_ros.errors import InputError
+
+def peak_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+calls = []
+for path in sys.argv[1:]:
+    data = open(path, "rb").read()
+    msg = CompressedImage(format=path.rsplit(".", 1)[1])
+    msg.data = data
+    calls += [lambda msg=msg: messages.compressed_to_rgb(msg),
+              lambda path=path: preprocess.load_image(path),
+              lambda data=data: preprocess.load_image(data)]
+before = peak_bytes()
+reasons = []
+for call in calls:
+    try:
+        call()
+        reasons.append("accepted")
+    except InputError as error:
+        reasons.append(str(error))
+    except Exception as error:  # any other type is a failure the test reports
+        reasons.append(f"{type(error).__name__}: {error}")
+print(json.dumps({"before": before, "after": peak_bytes(), "reasons": reasons}))
+"""
+
+
+def test_bombs_are_refused_from_the_header_with_peak_memory_flat(bombs: dict[str, Path]) -> None:
+    assert bombs["png"].stat().st_size < 2_000_000  # about 1.2 MB on disk, 1.2 GB decoded
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(bombs["png"]), str(bombs["jpeg"])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout.splitlines()[-1])
+    assert len(measured["reasons"]) == 6
+    growth = measured["after"] - measured["before"]
+    print(f"peak RSS {measured['before'] / 2**20:.0f} MB before the refusals, {growth / 2**20:.1f} MB growth")
+    for reason in measured["reasons"]:
+        assert f"declares {BOMB_SIDE}x{BOMB_SIDE} pixels" in reason and "4096" in reason, reason
+    assert growth < PEAK_GROWTH_LIMIT, f"peak RSS grew {growth / 2**20:.0f} MB while refusing"
+
+
+def test_cli_refuses_a_bomb_with_the_reason_and_no_traceback(bombs: dict[str, Path], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tt_sam3_ros.cli", "segment", str(bombs["png"]), "--prompt", "car",
+         "--model", "tiny-random", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"declares {BOMB_SIDE}x{BOMB_SIDE} pixels" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_larger_limit_lets_the_same_header_through() -> None:
+    # The check is the configured max side, not a fixed cap: 5000x40 passes at 8192 and decodes.
+    from tt_sam3_ros.preprocess import load_image
+
+    _, encoded = cv2.imencode(".png", np.zeros((40, 5000, 3), np.uint8))
+    with pytest.raises(ValueError, match="declares 5000x40 pixels; the largest side allowed is 4096"):
+        load_image(encoded.tobytes())
+    assert load_image(encoded.tobytes(), max_side=8192).shape == (40, 5000, 3)
