@@ -1,0 +1,9 @@
+"""The real ttnn library on a mock Blackhole p150a, off-chip (DESIGN.md 5b).
+
+toolchain.py  the mock's scratch folder: cluster descriptor, runtime root, stand-in compiler.
+elf.py        the minimal ELF32 RISC-V executable the stand-in linker writes.
+oplog.py      records the engine's ttnn calls (op, shapes, dtypes, fidelity, stage).
+image_path.py runs the engine's image path on the mock (CPython 3.12, .venv-ttnn).
+
+Import with tools/ on sys.path (``import ttnn_mock``), as the tests and benchmarks do.
+"""
