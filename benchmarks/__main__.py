@@ -1,8 +1,12 @@
-"""`python -m benchmarks [--quick] [--only model|host|stream]`: print the speed tables."""
+"""`python -m benchmarks [--quick] [--only model|host|stream] [--device cpu|cuda]`: print the speed tables.
+
+The GPU check is `python3 -m benchmarks --only model --device cuda` (tools/gpu_check.sh).
+"""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 
@@ -19,6 +23,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--only", choices=SECTIONS, action="append", help="run only this section (repeatable)"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="device of the sections that take one (model): cpu (default), cuda, cuda:N",
+    )
     return parser.parse_args(argv)
 
 
@@ -27,8 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     # Nothing here may reach a model hub: the weights are random and the tokenizer is local.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from tt_sam3_ros.engines.base import EngineError
+    from tt_sam3_ros.engines.torch_engine import resolve_device
+
     from . import report
 
+    try:
+        resolve_device(args.device)
+    except (EngineError, RuntimeError) as error:
+        print(f"python -m benchmarks: --device {args.device}: {error}", file=sys.stderr)
+        return 2
     if args.quick:
         import torch
 
@@ -41,10 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     for line in report.machine_lines():
         print(line)
+    failures: list[str] = []
     for section in args.only or SECTIONS:
         module = __import__(f"benchmarks.{section}_bench", fromlist=["main"])
-        module.main(args.quick)
-    return 0
+        takes_device = "device" in inspect.signature(module.main).parameters
+        if args.device != "cpu" and not takes_device:
+            print(f"\n(section {section} runs on the CPU whatever --device says)")
+        found = module.main(args.quick, device=args.device) if takes_device else module.main(args.quick)
+        failures += found or []
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

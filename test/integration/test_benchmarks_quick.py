@@ -2,7 +2,8 @@
 
 A smoke run on the tiny model (its numbers say nothing about speed): it keeps the benchmark
 code working as the package changes. It lives with the integration tests because the
-stream section starts the real node in its own process.
+stream section starts the real node in its own process. The model section runs through
+tools/gpu_check.sh on the CPU, the very command the GPU check runs on CUDA.
 """
 
 from __future__ import annotations
@@ -12,27 +13,56 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from benchmarks.__main__ import SECTIONS
+
 ROOT = Path(__file__).resolve().parents[2]
-#: Generous: the run takes well under a minute on an idle 2-core machine, longer when shared.
-TIMEOUT_S = 240
+#: Generous: each run takes about a minute of CPU; on 2 cores shared with other work the
+#: model run took 3.5 minutes of wall time.
+TIMEOUT_S = 480
 
 
-def test_quick_benchmarks_print_every_table() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick"],
+def _run(command: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
-        env=dict(os.environ),
+        env={**os.environ, **env},
     )
+
+
+def test_gpu_check_runs_on_the_cpu(tmp_path: Path) -> None:
+    """tools/gpu_check.sh cpu --quick: the CPU table, then every part of the latency check."""
+    run = _run(["tools/gpu_check.sh", "cpu", "--quick"], OUT=str(tmp_path), PYTHON=sys.executable)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = run.stdout
     assert "machine: " in out and "torch threads 1" in out
-    # model: the reference and both dtypes of ours, with ratios and agreement
+    # the CPU comparison: the reference and both dtypes of ours, with ratios and agreement
     assert "reference (processor + model per prompt)" in out
     assert out.count("ours (Sam3Segmenter, TorchEngine)") == 2
     assert "mask agree (+box)" in out and "prompt path alone" in out
+    # the latency check: correctness within bounds, 1/4/16 prompts, documented usage beside ours
+    assert "== model correctness: tiny SAM 3 on the device vs the CPU in fp32 ==" in out
+    assert "mask pixel agreement" in out and "FAILED" not in out
+    stage_rows = [line.split() for line in out.splitlines() if line.startswith("eager ")]
+    assert [row[1] for row in stage_rows] == ["1", "4", "16"]
+    assert "frame ms (text cached)" in out and "frame ms (text encoded)" in out
+    assert "transformers' documented usage vs ours (eager), float32" in out
+    assert "compile_image_encoder is offered on CUDA devices only" in out
+    assert "model latency check:" in out
+    # the script keeps what it printed in $OUT/gpu_check.txt
+    assert "model latency check:" in (tmp_path / "gpu_check.txt").read_text()
+
+
+def test_quick_benchmarks_print_every_other_table() -> None:
+    others = [arg for section in SECTIONS if section != "model" for arg in ("--only", section)]
+    run = _run([sys.executable, "-m", "benchmarks", "--quick", *others])
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = run.stdout
+    assert "== model" not in out
     # host: every step, ours vs naive, and the labels check
     for step in (
         "message -> pixels",
@@ -49,14 +79,18 @@ def test_quick_benchmarks_print_every_table() -> None:
 
 
 def test_only_runs_the_named_section() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "host"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=dict(os.environ),
-    )
+    run = _run([sys.executable, "-m", "benchmarks", "--quick", "--only", "host"])
     assert run.returncode == 0, run.stderr[-3000:]
     assert "== host:" in run.stdout
     assert "== model:" not in run.stdout and "== stream:" not in run.stdout
+
+
+def test_a_device_torch_cannot_see_is_refused_before_any_work() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    run = _run([sys.executable, "-m", "benchmarks", "--only", "model", "--device", "cuda"])
+    assert run.returncode == 2
+    assert "--device cuda" in run.stderr and "no CUDA device" in run.stderr
+    assert "== model" not in run.stdout

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The GPU check (issue 16): correctness, then latency of the torch engine on CUDA, eager and
+# compiled, beside transformers' documented usage. Run from anywhere with the machine's own
+# python3 (torch, torchvision, transformers, numpy, OpenCV; no ROS, no network, no install).
+#   tools/gpu_check.sh             # cuda, full-size SAM 3 with random weights, at most 6 minutes
+#   tools/gpu_check.sh cpu --quick # the same code on the CPU, tiny model (what make test runs)
+# Output goes to stdout and to $OUT/gpu_check.txt (or ./gpu_check.txt when OUT is unset).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+device="${1:-cuda}"
+shift || true
+log="${OUT:-.}/gpu_check.txt"
+# Hard limit: a run cut short keeps every table it printed (each part prints when done).
+limit_s="${GPU_CHECK_LIMIT_S:-360}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+timeout --signal=INT --kill-after=15 "$limit_s" \
+    "${PYTHON:-python3}" -m benchmarks --only model --device "$device" "$@" 2>&1 | tee "$log"
+exit "${PIPESTATUS[0]}"
