@@ -70,9 +70,12 @@ def test_quick_benchmarks_print_every_other_table() -> None:
         "post-processing",
         "instance mask",
         "total per frame",
+        "3D (depth: true): centres and sizes",
+        "3D: labelled cloud",
     ):
         assert step in out
     assert "labels from our crops equal the naive full-upsample labels" in out
+    assert "3D statistics ours vs exact" in out and "largest gap to the exact statistics" in out
     # stream: the node answered and its ages were measured
     assert "output age p50 / p90 / p99 / max ms" in out
     assert "first vs last quarter" in out
