@@ -1,0 +1,176 @@
+"""Conversions for the depth path: depth Image and CameraInfo in, Detection3DArray and PointCloud2 out.
+
+Pure functions over message types, like ``messages``: nothing here creates a node. Inputs are
+checked and refused with the reason (``InputError``); the arithmetic lives in ``depth``.
+
+Depth in: sensor_msgs/Image ``16UC1`` (millimetres) or ``32FC1`` (metres), registered to the
+colour image (same frame_id), either byte order, padded rows allowed. CameraInfo in: the
+colour camera's, its K used on the colour image's pixel grid.
+
+Out: one vision_msgs/Detection3D per 2D detection with enough depth (same id and hypotheses),
+and a PointCloud2 of x, y, z (float32, metres) plus ``instance`` (uint32, the mask value).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
+from std_msgs.msg import Header
+from vision_msgs.msg import BoundingBox3D, Detection2DArray, Detection3D, Detection3DArray
+
+from tt_sam3_ros import depth
+from tt_sam3_ros.errors import InputError, quoted
+
+#: Depth encodings accepted, with their element type (little-endian) and unit.
+DEPTH_ENCODINGS: dict[str, tuple[np.dtype, str]] = {
+    "16uc1": (np.dtype("<u2"), "millimetres"),
+    "32fc1": (np.dtype("<f4"), "metres"),
+}
+
+#: PointCloud2 fields in the order of ``depth.POINT_DTYPE``.
+POINT_FIELDS: tuple[tuple[str, int, int], ...] = (
+    ("x", 0, PointField.FLOAT32),
+    ("y", 4, PointField.FLOAT32),
+    ("z", 8, PointField.FLOAT32),
+    ("instance", 12, PointField.UINT32),
+)
+
+
+def depth_to_array(msg: Image) -> np.ndarray:
+    """A 16UC1 or 32FC1 sensor_msgs/Image as a 2-D uint16 (mm) or float32 (m) array, native order.
+
+    Little-endian data comes back as a read-only view over the message's buffer (strided when
+    rows are padded); big-endian data is byte-swapped into a new array.
+
+    Raises:
+        InputError: another encoding, zero width or height, a step shorter than a row, or a
+            buffer shorter than ``step * height``.
+    """
+    encoding = msg.encoding.strip().lower()
+    if encoding not in DEPTH_ENCODINGS:
+        accepted = ", ".join(name.upper() for name in DEPTH_ENCODINGS)
+        raise InputError(f"unsupported depth encoding {quoted(msg.encoding)}; accepted: {accepted}")
+    dtype, _unit = DEPTH_ENCODINGS[encoding]
+    if msg.is_bigendian:
+        dtype = dtype.newbyteorder(">")
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if height == 0 or width == 0:
+        raise InputError(f"empty depth image: {width}x{height} pixels")
+    row_bytes = width * dtype.itemsize
+    if step < row_bytes:
+        raise InputError(
+            f"depth step {step} is shorter than one row of {width} {encoding.upper()} pixels "
+            f"({row_bytes} bytes)"
+        )
+    buffer = np.frombuffer(msg.data, dtype=np.uint8)
+    needed = step * (height - 1) + row_bytes
+    if buffer.size < needed:
+        raise InputError(
+            f"truncated depth image: {buffer.size} bytes of data for {width}x{height} "
+            f"{encoding.upper()} with step {step} (needs {needed})"
+        )
+    pixels = np.ndarray((height, width), dtype=dtype, buffer=buffer, strides=(step, dtype.itemsize))
+    pixels.flags.writeable = False
+    if msg.is_bigendian:
+        return pixels.astype(dtype.newbyteorder("="))
+    return pixels
+
+
+def check_frames(image_header: Header, depth_msg: Image, info: CameraInfo) -> None:
+    """Depth and camera_info must be in the colour image's frame: registered depth is.
+
+    Raises:
+        InputError: a frame_id that differs from the colour image's, quoted.
+    """
+    expected = image_header.frame_id
+    for name, header in (("depth", depth_msg.header), ("camera_info", info.header)):
+        if header.frame_id != expected:
+            raise InputError(
+                f"{name} frame_id {quoted(header.frame_id)} is not the colour image's "
+                f"{quoted(expected)}: depth must be registered to the colour camera"
+            )
+
+
+def camera_from_info(
+    info: CameraInfo, image_size: tuple[int, int], depth_size: tuple[int, int]
+) -> depth.Camera:
+    """The pinhole camera of the colour image's pixel grid from the colour camera's CameraInfo.
+
+    ``info`` may describe the colour image's size, or the depth image's when that is an
+    integer scale of it (K is then scaled). Distortion (D) is not applied.
+
+    Raises:
+        InputError: a size that matches neither image, or a K that ``depth.Camera`` refuses.
+    """
+    info_size = (int(info.height), int(info.width))
+    if info_size == tuple(image_size):
+        return depth.Camera.from_k(info.k, info_size)
+    if info_size == tuple(depth_size):
+        return depth.Camera.from_k(info.k, info_size).scaled_to(image_size)
+    raise InputError(
+        f"camera_info is {info_size[1]}x{info_size[0]} but the colour image is "
+        f"{image_size[1]}x{image_size[0]} and the depth {depth_size[1]}x{depth_size[0]}"
+    )
+
+
+def detections_3d(
+    detections: Detection2DArray, geometries: list[depth.InstanceGeometry], header: Header
+) -> Detection3DArray:
+    """One Detection3D per measured instance, with the id and hypotheses of its Detection2D.
+
+    Instance k is ``detections.detections[k - 1]`` (the mask value is the 2D detection's index
+    + 1). ``bbox.center.position`` is the instance's centre, ``bbox.size`` its size, the
+    orientation the identity (axes of the optical frame); all in metres, stamped ``header``.
+    """
+    msg = Detection3DArray()
+    msg.header = header
+    for geometry in geometries:
+        source = detections.detections[geometry.instance_id - 1]
+        detection = Detection3D()
+        detection.header = header
+        detection.id = source.id
+        detection.results = list(source.results)
+        detection.bbox = BoundingBox3D()
+        position = detection.bbox.center.position
+        position.x, position.y, position.z = geometry.centre
+        detection.bbox.size.x, detection.bbox.size.y, detection.bbox.size.z = geometry.size
+        msg.detections.append(detection)
+    return msg
+
+
+def cloud_to_message(cloud: np.ndarray, header: Header) -> PointCloud2:
+    """An unordered (height 1), dense, little-endian PointCloud2 over ``depth.POINT_DTYPE`` points."""
+    if cloud.dtype != depth.POINT_DTYPE:
+        raise InputError(f"expected points of {depth.POINT_DTYPE}, got {cloud.dtype}")
+    msg = PointCloud2()
+    msg.header = header
+    msg.height, msg.width = 1, int(cloud.size)
+    msg.fields = [
+        PointField(name=name, offset=offset, datatype=kind, count=1) for name, offset, kind in POINT_FIELDS
+    ]
+    msg.is_bigendian = False
+    msg.point_step = depth.POINT_DTYPE.itemsize
+    msg.row_step = msg.point_step * msg.width
+    msg.is_dense = True
+    msg.data = np.ascontiguousarray(cloud).tobytes()
+    return msg
+
+
+def cloud_from_message(msg: PointCloud2) -> np.ndarray:
+    """``depth.POINT_DTYPE`` points from a PointCloud2 laid out as ``cloud_to_message`` writes it.
+
+    What a consumer does to recover each instance's points (``points[points["instance"] == k]``).
+
+    Raises:
+        InputError: other fields, byte order or point size.
+    """
+    fields = tuple((field.name, int(field.offset), int(field.datatype)) for field in msg.fields)
+    if fields != POINT_FIELDS or msg.is_bigendian or msg.point_step != depth.POINT_DTYPE.itemsize:
+        raise InputError(
+            "point cloud is not x, y, z float32 + instance uint32, little-endian, 16-byte points"
+        )
+    count = int(msg.width) * int(msg.height)
+    buffer = np.frombuffer(msg.data, dtype=np.uint8)
+    if buffer.size < count * depth.POINT_DTYPE.itemsize:
+        raise InputError(f"truncated point cloud: {buffer.size} bytes for {count} points")
+    return buffer[: count * depth.POINT_DTYPE.itemsize].view(depth.POINT_DTYPE)
