@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only model|host|stream] [--device cpu|cuda]`: print the speed tables.
+"""`python -m benchmarks [--quick] [--only model|host|stream|tracking] [--device cpu|cuda]`: print the tables.
 
 The GPU check is `python3 -m benchmarks --only model --device cuda` (tools/gpu_check.sh).
 """
@@ -10,7 +10,7 @@ import inspect
 import os
 import sys
 
-SECTIONS = ("model", "host", "stream")
+SECTIONS = ("model", "host", "stream", "tracking")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

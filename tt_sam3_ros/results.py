@@ -66,6 +66,17 @@ class Instance:
     def __hash__(self) -> int:
         return hash(self._fields())
 
+    def with_track_id(self, track_id: int | None) -> Instance:
+        """This instance with ``track_id`` set (the mask crop is shared, not copied).
+
+        Equal to ``dataclasses.replace(self, track_id=track_id)``, without its per-field
+        checks: the tracker calls it for every instance of every frame.
+        """
+        copy = object.__new__(Instance)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["track_id"] = track_id
+        return copy
+
     @property
     def mask(self) -> np.ndarray:
         """bool (height, width): the full-size mask (a new array on every call)."""

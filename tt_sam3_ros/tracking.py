@@ -8,22 +8,32 @@ How a frame is associated with the tracks alive before it:
 1. Each track predicts where its object is now: its last box moved by a constant velocity (the
    smoothed motion of its box centre, in pixels per second) times the time since it was last
    seen. A camera pan moves every box the same way, so a track that has seen two frames follows
-   the pan instead of losing its object.
+   the pan instead of losing its object; a new track starts with the scene's motion (the median
+   velocity of the settled tracks), so objects entering during a pan are followed too.
 2. A detection may only continue a track of the same prompt text. For each such pair whose
    predicted box overlaps the detection's box, the overlap of the masks is measured: the track's
    last mask crop, shifted by the predicted motion, against the detection's crop, counted only on
    the intersection of the two crop windows (never a full-size mask). Pairs whose IoU is below
    ``min_iou`` cannot match.
 3. The pairs are assigned optimally (largest total IoU, scipy's linear_sum_assignment).
-4. A matched track takes the detection's box, mask and motion; every unmatched detection starts a
-   new track with the next id; a track unmatched for longer than ``max_age_s`` dies. Ids count up
-   from 1 and are never reused during the tracker's life (``reset()`` included).
+4. Detections and tracks left over are paired by distance, again optimally and within one
+   prompt: a detection whose centre is within NEAR_GATE track sizes of the track's predicted or
+   last centre, with a box area within a factor AREA_RATIO. This keeps objects that move more
+   than their own width per frame, objects that come out from behind another on the far side,
+   and tracks born during a pan that has changed since.
+5. A matched track takes the detection's box, mask and motion (the motion only while the box
+   keeps its size: a box shrinking behind an occluder moves its centre, not the object); every
+   unmatched detection starts a new track with the next id; a track unmatched for longer than
+   ``max_age_s`` dies. Ids count up from 1 and are never reused during the tracker's life
+   (``reset()`` included).
 
-Why not a library: norfair takes custom distances but pins numpy < 2 (this package pins 2.4);
-supervision's and boxmot's ByteTrack match boxes only, ignore the prompt and drop the detections
-they have not confirmed, whereas the node must give every detection an id and masks separate
-crossing objects that boxes cannot. The benchmark (``python -m benchmarks --only tracking``)
-compares this tracker with supervision's ByteTrack on the same input.
+Why not a library: norfair takes custom distances but pins numpy < 2 (this package pins 2.4).
+boxmot's and Roboflow's ByteTrack (``trackers``; supervision 0.31 no longer has one) match boxes
+only, ignore the prompt, leave detections they have not confirmed without an id, and their recent
+releases pull in opencv-python, which clashes with opencv-python-headless. The node must give
+every detection an id, and masks separate crossing and overlapping objects that boxes cannot.
+The benchmark (``python -m benchmarks --only tracking``) compares this tracker with ByteTrack
+(trackers 2.1.0) on the same input.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -45,6 +55,14 @@ DEFAULT_MAX_AGE_S = 1.0
 DEFAULT_MIN_IOU = 0.3
 #: Weight of the newest measured velocity in the smoothed one (the rest is the previous estimate).
 VELOCITY_GAIN = 0.6
+#: Second stage: a detection may continue a track whose predicted or last centre is nearer than
+#: this many track sizes (square root of its box area), if their box areas differ by less than
+#: AREA_RATIO times.
+NEAR_GATE = 1.5
+AREA_RATIO = 2.0
+#: A box whose area changes by more than this factor from one sighting to the next (an object
+#: going behind another, or coming out) says little about motion: the velocity is kept.
+MOTION_AREA_RATIO = 1.5
 #: A cost above every feasible one (feasible costs are 1 - IoU, in [0, 1)).
 _INFEASIBLE = 1e6
 
@@ -57,19 +75,46 @@ def check_tracking_settings(max_age_s: float, min_iou: float) -> None:
         raise InputError(f"track_min_iou must be in (0, 1], got {min_iou}")
 
 
-@dataclass
-class _Track:
-    """One object followed across frames."""
+class _Tracks:
+    """The tracks alive, one row each, as arrays: per frame the work is a few array operations.
 
-    track_id: int
-    prompt: str
-    box: np.ndarray  # float64 (4,) x1 y1 x2 y2 when last seen
-    mask_crop: np.ndarray  # bool (h, w) when last seen
-    crop_origin: tuple[int, int]  # (row, col)
-    mask_area: int
-    last_seen_s: float
-    velocity: np.ndarray  # float64 (2,) box centre, pixels per second (x, y)
-    hits: int = 1
+    Masks are kept as the crop (and origin) of each track's last detection, never full size.
+    """
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.prompts: list[str] = []
+        self.boxes = np.zeros((0, 4))  # x1 y1 x2 y2 when last seen
+        self.velocity = np.zeros((0, 2))  # box centre, pixels per second (x, y)
+        self.last_seen_s = np.zeros(0)
+        self.hits = np.zeros(0, dtype=np.int64)
+        self.masks: list[np.ndarray] = []
+        self.origins = np.zeros((0, 2), dtype=np.int64)  # (row, col) of each mask crop
+        self.areas = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def keep(self, kept: np.ndarray) -> None:
+        """Keep only the rows where ``kept`` (bool) is true."""
+        if kept.all():
+            return
+        for name in ("ids", "boxes", "velocity", "last_seen_s", "hits", "origins", "areas"):
+            setattr(self, name, getattr(self, name)[kept])
+        self.prompts = [p for p, k in zip(self.prompts, kept, strict=True) if k]
+        self.masks = [m for m, k in zip(self.masks, kept, strict=True) if k]
+
+    def add(self, ids, prompts, boxes, velocity, stamp_s, masks, origins, areas) -> None:
+        """Append new tracks (seen once, at ``stamp_s``)."""
+        self.ids = np.concatenate([self.ids, ids])
+        self.prompts.extend(prompts)
+        self.boxes = np.concatenate([self.boxes, boxes])
+        self.velocity = np.concatenate([self.velocity, velocity])
+        self.last_seen_s = np.concatenate([self.last_seen_s, np.full(len(ids), stamp_s)])
+        self.hits = np.concatenate([self.hits, np.ones(len(ids), dtype=np.int64)])
+        self.masks.extend(masks)
+        self.origins = np.concatenate([self.origins, origins])
+        self.areas = np.concatenate([self.areas, areas])
 
 
 class InstanceTracker:
@@ -79,9 +124,12 @@ class InstanceTracker:
         check_tracking_settings(max_age_s, min_iou)
         self.max_age_s = float(max_age_s)
         self.min_iou = float(min_iou)
-        self._tracks: list[_Track] = []
+        self._tracks = _Tracks()
         self._next_id = 1
         self._last_stamp_s: float | None = None
+        # How the scene moved lately (pixels per second): a new track starts with it, so an
+        # object that enters during a camera pan is predicted to move with the pan.
+        self._scene_velocity = np.zeros(2)
 
     @property
     def track_count(self) -> int:
@@ -96,13 +144,14 @@ class InstanceTracker:
 
     def reset(self) -> None:
         """Forget every track. Ids already given are still never given again."""
-        self._tracks.clear()
+        self._tracks = _Tracks()
         self._last_stamp_s = None
+        self._scene_velocity = np.zeros(2)
 
     def forget_prompts(self, kept: list[str] | tuple[str, ...] | set[str]) -> None:
         """Drop the tracks of prompts not in ``kept`` (a prompt set changed)."""
         keep = set(kept)
-        self._tracks = [track for track in self._tracks if track.prompt in keep]
+        self._tracks.keep(np.array([p in keep for p in self._tracks.prompts], dtype=bool))
 
     def update(self, result: SegmentationResult, stamp_s: float) -> SegmentationResult:
         """Associate one frame with the tracks; return it with every instance's ``track_id`` set.
@@ -123,96 +172,161 @@ class InstanceTracker:
             raise InputError(f"frame stamp must be a finite number of seconds, got {stamp_s}")
         if self._last_stamp_s is not None and stamp_s < self._last_stamp_s:
             LOG.info("frame time went back %.3f s: tracks restarted", self._last_stamp_s - stamp_s)
-            self._tracks.clear()
+            self.reset()
         self._last_stamp_s = stamp_s
         self.forget_prompts(result.prompts)
-        self._tracks = [t for t in self._tracks if stamp_s - t.last_seen_s <= self.max_age_s]
+        tracks = self._tracks
+        tracks.keep(stamp_s - tracks.last_seen_s <= self.max_age_s)
 
         instances = result.instances
         boxes = np.array([i.box for i in instances], dtype=np.float64).reshape(-1, 4)
-        areas = [int(np.count_nonzero(i.mask_crop)) for i in instances]
-        matches = self._associate(instances, boxes, areas, stamp_s)
-        ids: list[int] = []
-        for k, instance in enumerate(instances):
-            track = matches.get(k)
-            if track is None:
-                track = self._birth(instance, boxes[k], areas[k], stamp_s)
-            else:
-                self._continue(track, instance, boxes[k], areas[k], stamp_s)
-            ids.append(track.track_id)
-        tracked = [dataclasses.replace(i, track_id=t) for i, t in zip(instances, ids, strict=True)]
+        areas = np.array([np.count_nonzero(i.mask_crop) for i in instances], dtype=np.int64)
+        rows, cols = self._associate(instances, boxes, areas, stamp_s)
+        self._continue(rows, cols, instances, boxes, areas, stamp_s)
+
+        ids = np.zeros(len(instances), dtype=np.int64)
+        ids[rows] = tracks.ids[cols]
+        unmatched = np.ones(len(instances), dtype=bool)
+        unmatched[rows] = False
+        born = np.nonzero(unmatched)[0]
+        if born.size:
+            new_ids = np.arange(self._next_id, self._next_id + born.size)
+            self._next_id += int(born.size)
+            ids[born] = new_ids
+            tracks.add(
+                new_ids,
+                [instances[k].prompt for k in born],
+                boxes[born],
+                np.tile(self._scene_velocity, (born.size, 1)),
+                stamp_s,
+                [instances[k].mask_crop for k in born],
+                np.array([instances[k].crop_origin for k in born], dtype=np.int64).reshape(-1, 2),
+                areas[born],
+            )
+        tracked = [i.with_track_id(int(t)) for i, t in zip(instances, ids, strict=True)]
         return dataclasses.replace(result, instances=tracked)
 
     def _associate(
-        self, instances: list[Instance], boxes: np.ndarray, areas: list[int], stamp_s: float
-    ) -> dict[int, _Track]:
-        """Detection index -> the track it continues, for the optimal feasible pairs."""
-        if not instances or not self._tracks:
-            return {}
-        shifts = [track.velocity * (stamp_s - track.last_seen_s) for track in self._tracks]
-        predicted = np.array([t.box + np.tile(s, 2) for t, s in zip(self._tracks, shifts, strict=True)])
-        cost = np.full((len(instances), len(self._tracks)), _INFEASIBLE)
-        overlapping = _boxes_overlap(boxes, predicted)
-        same_prompt = np.array([i.prompt for i in instances], dtype=object)[:, None] == np.array(
-            [t.prompt for t in self._tracks], dtype=object
-        )
-        for k, j in zip(*np.nonzero(overlapping & same_prompt), strict=True):
-            track = self._tracks[j]
+        self, instances: list[Instance], boxes: np.ndarray, areas: np.ndarray, stamp_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(detection rows, track rows) of the optimal feasible pairs."""
+        tracks = self._tracks
+        none = np.zeros(0, dtype=np.int64)
+        if not instances or not len(tracks):
+            return none, none
+        shifts = tracks.velocity * (stamp_s - tracks.last_seen_s)[:, None]
+        predicted = tracks.boxes + np.concatenate([shifts, shifts], axis=1)
+        codes = {prompt: code for code, prompt in enumerate(dict.fromkeys(tracks.prompts))}
+        det_codes = np.array([codes.get(i.prompt, -1) for i in instances])
+        trk_codes = np.array([codes[p] for p in tracks.prompts])
+        candidates_by_prompt = det_codes[:, None] == trk_codes[None, :]
+        candidates = _boxes_overlap(boxes, predicted) & candidates_by_prompt
+        cost = np.full(candidates.shape, _INFEASIBLE)
+        # Python lists in the loop below: indexing numpy arrays element by element costs more.
+        moved = (tracks.origins + np.rint(shifts[:, ::-1]).astype(np.int64)).tolist()  # (row, col)
+        det_areas, trk_areas = areas.tolist(), tracks.areas.tolist()
+        pairs = np.nonzero(candidates)
+        for k, j in zip(pairs[0].tolist(), pairs[1].tolist(), strict=True):
             instance = instances[k]
-            if areas[k] and track.mask_area:
-                dy, dx = round(float(shifts[j][1])), round(float(shifts[j][0]))
-                origin = (track.crop_origin[0] + dy, track.crop_origin[1] + dx)
+            if det_areas[k] and trk_areas[j]:
                 iou = crop_iou(
                     instance.mask_crop,
                     instance.crop_origin,
-                    areas[k],
-                    track.mask_crop,
-                    origin,
-                    track.mask_area,
+                    det_areas[k],
+                    tracks.masks[j],
+                    moved[j],
+                    trk_areas[j],
                 )
             else:  # a detection without mask pixels is matched on its box
                 iou = box_iou(boxes[k], predicted[j])
             if iou >= self.min_iou:
                 cost[k, j] = 1.0 - iou
-        rows, cols = linear_sum_assignment(cost)
-        return {int(k): self._tracks[j] for k, j in zip(rows, cols, strict=True) if cost[k, j] < _INFEASIBLE}
+        rows, cols = _assign(cost)
+        near_rows, near_cols = self._associate_near(boxes, predicted, candidates_by_prompt, rows, cols)
+        return np.concatenate([rows, near_rows]), np.concatenate([cols, near_cols])
 
-    def _birth(self, instance: Instance, box: np.ndarray, area: int, stamp_s: float) -> _Track:
-        track = _Track(
-            track_id=self._next_id,
-            prompt=instance.prompt,
-            box=box,
-            mask_crop=instance.mask_crop,
-            crop_origin=instance.crop_origin,
-            mask_area=area,
-            last_seen_s=stamp_s,
-            velocity=np.zeros(2),
+    def _associate_near(
+        self,
+        boxes: np.ndarray,
+        predicted: np.ndarray,
+        same_prompt: np.ndarray,
+        rows: np.ndarray,
+        cols: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Second stage: leftover detections and tracks of one prompt paired by distance.
+
+        Catches what the overlap stage cannot: a track whose motion is not known yet (born during
+        a pan that has since changed) or went wrong (its object was half hidden), and an object
+        that comes out from behind another on the far side. The distance from a detection's
+        centre to the nearer of the track's predicted and last centres, in units of the track's
+        size, must be below NEAR_GATE, and the two boxes' areas within a factor AREA_RATIO.
+        """
+        tracks = self._tracks
+        free_det = np.ones(len(boxes), dtype=bool)
+        free_det[rows] = False
+        free_trk = np.ones(len(tracks), dtype=bool)
+        free_trk[cols] = False
+        det_index, trk_index = np.nonzero(free_det)[0], np.nonzero(free_trk)[0]
+        none = np.zeros(0, dtype=np.int64)
+        if not det_index.size or not trk_index.size:
+            return none, none
+        det = boxes[det_index]
+        centres = _centres(det)[:, None, :]
+        to_predicted = np.linalg.norm(centres - _centres(predicted[trk_index])[None], axis=2)
+        to_last = np.linalg.norm(centres - _centres(tracks.boxes[trk_index])[None], axis=2)
+        track_area = np.maximum(_areas(tracks.boxes[trk_index]), 1.0)
+        distance = np.minimum(to_predicted, to_last) / np.sqrt(track_area)[None, :]
+        ratio = np.maximum(_areas(det), 1.0)[:, None] / track_area[None, :]
+        feasible = (
+            same_prompt[np.ix_(det_index, trk_index)]
+            & (distance < NEAR_GATE)
+            & (ratio < AREA_RATIO)
+            & (ratio > 1.0 / AREA_RATIO)
         )
-        self._next_id += 1
-        self._tracks.append(track)
-        return track
+        cost = np.where(feasible, distance, _INFEASIBLE)
+        near_rows, near_cols = _assign(cost)
+        return det_index[near_rows], trk_index[near_cols]
 
-    @staticmethod
-    def _continue(track: _Track, instance: Instance, box: np.ndarray, area: int, stamp_s: float) -> None:
-        elapsed = stamp_s - track.last_seen_s
-        if elapsed > 0.0:
-            measured = (_centre(box) - _centre(track.box)) / elapsed
-            gain = 1.0 if track.hits == 1 else VELOCITY_GAIN
-            track.velocity = gain * measured + (1.0 - gain) * track.velocity
-        track.box = box
-        track.mask_crop = instance.mask_crop
-        track.crop_origin = instance.crop_origin
-        track.mask_area = area
-        track.last_seen_s = stamp_s
-        track.hits += 1
+    def _continue(
+        self,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        instances: list[Instance],
+        boxes: np.ndarray,
+        areas: np.ndarray,
+        stamp_s: float,
+    ) -> None:
+        """Move matched tracks (rows ``cols``) to their detections (``rows``): box, mask, motion."""
+        if not rows.size:
+            return
+        tracks = self._tracks
+        elapsed = stamp_s - tracks.last_seen_s[cols]
+        measured = (_centres(boxes[rows]) - _centres(tracks.boxes[cols])) / np.maximum(elapsed, 1e-9)[:, None]
+        unknown = (tracks.hits[cols] == 1) & ~tracks.velocity[cols].any(axis=1)
+        gain = np.where(unknown, 1.0, VELOCITY_GAIN)[:, None]
+        smoothed = gain * measured + (1.0 - gain) * tracks.velocity[cols]
+        change = np.maximum(_areas(boxes[rows]), 1.0) / np.maximum(_areas(tracks.boxes[cols]), 1.0)
+        steady = (change < MOTION_AREA_RATIO) & (change > 1.0 / MOTION_AREA_RATIO)
+        trusted = (elapsed > 0.0) & (steady | (tracks.hits[cols] == 1))
+        tracks.velocity[cols] = np.where(trusted[:, None], smoothed, tracks.velocity[cols])
+        tracks.boxes[cols] = boxes[rows]
+        tracks.last_seen_s[cols] = stamp_s
+        tracks.hits[cols] += 1
+        tracks.areas[cols] = areas[rows]
+        tracks.origins[cols] = np.array([instances[k].crop_origin for k in rows], dtype=np.int64)
+        for k, j in zip(rows.tolist(), cols.tolist(), strict=True):
+            tracks.masks[j] = instances[k].mask_crop
+        settled = tracks.hits[cols] > 2
+        if settled.any():
+            self._scene_velocity = np.median(tracks.velocity[cols][settled], axis=0)
 
 
 def crop_iou(
     crop_a: np.ndarray,
-    origin_a: tuple[int, int],
+    origin_a: Sequence[int],
     area_a: int,
     crop_b: np.ndarray,
-    origin_b: tuple[int, int],
+    origin_b: Sequence[int],
     area_b: int,
 ) -> float:
     """IoU of two masks given as crops at (row, col) origins, counted on the windows' intersection.
@@ -222,14 +336,17 @@ def crop_iou(
     union_base = area_a + area_b
     if union_base == 0:
         return 0.0
-    row0 = max(origin_a[0], origin_b[0])
-    col0 = max(origin_a[1], origin_b[1])
-    row1 = min(origin_a[0] + crop_a.shape[0], origin_b[0] + crop_b.shape[0])
-    col1 = min(origin_a[1] + crop_a.shape[1], origin_b[1] + crop_b.shape[1])
+    # Plain comparisons, not min()/max(): this runs for every candidate pair of every frame.
+    (row_a, col_a), (row_b, col_b) = origin_a, origin_b
+    (height_a, width_a), (height_b, width_b) = crop_a.shape, crop_b.shape
+    row0 = row_a if row_a > row_b else row_b
+    col0 = col_a if col_a > col_b else col_b
+    row1 = row_a + height_a if row_a + height_a < row_b + height_b else row_b + height_b
+    col1 = col_a + width_a if col_a + width_a < col_b + width_b else col_b + width_b
     if row1 <= row0 or col1 <= col0:
         return 0.0
-    window_a = crop_a[row0 - origin_a[0] : row1 - origin_a[0], col0 - origin_a[1] : col1 - origin_a[1]]
-    window_b = crop_b[row0 - origin_b[0] : row1 - origin_b[0], col0 - origin_b[1] : col1 - origin_b[1]]
+    window_a = crop_a[row0 - row_a : row1 - row_a, col0 - col_a : col1 - col_a]
+    window_b = crop_b[row0 - row_b : row1 - row_b, col0 - col_b : col1 - col_b]
     inter = int(np.count_nonzero(window_a & window_b))
     return inter / (union_base - inter)
 
@@ -252,5 +369,18 @@ def _boxes_overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     )
 
 
-def _centre(box: np.ndarray) -> np.ndarray:
-    return np.array([(box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0])
+def _assign(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns of the optimal assignment, without the infeasible pairs."""
+    rows, cols = linear_sum_assignment(cost)
+    feasible = cost[rows, cols] < _INFEASIBLE
+    return rows[feasible], cols[feasible]
+
+
+def _areas(boxes: np.ndarray) -> np.ndarray:
+    """(N,) areas of (N, 4) x1 y1 x2 y2 boxes."""
+    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+
+
+def _centres(boxes: np.ndarray) -> np.ndarray:
+    """(N, 2) centres (x, y) of (N, 4) x1 y1 x2 y2 boxes."""
+    return (boxes[:, :2] + boxes[:, 2:]) / 2.0

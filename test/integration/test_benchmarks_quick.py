@@ -79,6 +79,10 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     # stream: the node answered and its ages were measured
     assert "output age p50 / p90 / p99 / max ms" in out
     assert "first vs last quarter" in out
+    # tracking: identities scored against ground truth, ours beside ByteTrack, and the cost per frame
+    assert "== tracking: identity, 10% missed detections" in out
+    assert "ours (InstanceTracker: masks + motion)" in out and "ByteTrack (trackers 2.1.0)" in out
+    assert "== tracking: cost per frame at 1920x1080" in out
 
 
 def test_only_runs_the_named_section() -> None:
@@ -86,6 +90,7 @@ def test_only_runs_the_named_section() -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     assert "== host:" in run.stdout
     assert "== model:" not in run.stdout and "== stream:" not in run.stdout
+    assert "== tracking:" not in run.stdout
 
 
 def test_a_device_torch_cannot_see_is_refused_before_any_work() -> None:

@@ -285,3 +285,24 @@ def test_instances_with_different_track_ids_are_different() -> None:
     tracker = InstanceTracker()
     tracked = tracker.update(frame(blob(10, 10)), 0.0).instances[0]
     assert tracked != blob(10, 10) and tracked == dataclasses.replace(blob(10, 10), track_id=1)
+
+
+def test_with_track_id_equals_dataclasses_replace() -> None:
+    instance = blob(10, 20, "person", 0.7)
+    assert instance.with_track_id(9) == dataclasses.replace(instance, track_id=9)
+    assert instance.track_id is None  # the original is left as it was
+
+
+def test_an_object_moving_more_than_its_width_per_frame_keeps_its_id_from_its_first_frame() -> None:
+    """No overlap between frames at all: the second stage pairs it by distance, then motion takes over."""
+    tracker = InstanceTracker()
+    seen = [ids(tracker.update(frame(blob(20 + 50 * step, 200)), step * DT)) for step in range(8)]
+    assert seen == [[1]] * 8
+
+
+def test_a_nearby_object_of_another_prompt_or_size_is_not_taken_for_a_lost_one() -> None:
+    tracker = InstanceTracker()
+    tracker.update(frame(blob(100, 100, side=40)), 0.0)
+    other_prompt = tracker.update(frame(blob(150, 100, "person", side=40)), DT)
+    much_larger = tracker.update(frame(blob(150, 100, side=120)), 2 * DT)
+    assert ids(other_prompt) == [2] and ids(much_larger) == [3]
