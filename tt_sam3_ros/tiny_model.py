@@ -31,11 +31,16 @@ _BPE_MERGES = 49152 - 256 - 2
 
 
 def tiny_sam3_config() -> Sam3Config:
-    """SAM 3's architecture at width 32 with one or two layers per stage (1.9M parameters)."""
+    """SAM 3's architecture at width 32 with one or two layers per stage (1.9M parameters).
+
+    Its epsilons and activations are Meta's, as the loaders give every real checkpoint.
+    """
     from transformers import Sam3Config
 
+    from .weights.meta_constants import apply_meta_constants
+
     small = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
-    return Sam3Config(
+    config = Sam3Config(
         vision_config={
             "backbone_config": {**small, "num_hidden_layers": 2, "global_attn_indexes": [1]},
             "fpn_hidden_size": 32,
@@ -46,6 +51,8 @@ def tiny_sam3_config() -> Sam3Config:
         detr_decoder_config={**small, "num_layers": 2, "num_queries": 20},
         mask_decoder_config={"hidden_size": 32, "num_attention_heads": 2},
     )
+    apply_meta_constants(config)
+    return config
 
 
 def build_tiny_sam3(seed: int = 0) -> Sam3Model:

@@ -6,6 +6,7 @@ errors huggingface_hub raises, or run with HF_HUB_OFFLINE against a cache built 
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -322,6 +323,103 @@ def test_tiny_mapping_is_exact_both_ways(tiny_model) -> None:
 def test_unknown_transformers_key_has_no_meta_counterpart() -> None:
     with pytest.raises(KeyError, match="no Meta counterpart"):
         to_meta_state_dict({"detr_decoder.new_head.weight": torch.zeros(1)}, tiny_sam3_config())
+
+
+# ------------------------------------------------------- Meta's constants, whatever the config says
+
+#: The LayerNorm/GroupNorm epsilon of every norm in Meta's SAM 3 image model (sam3/model: vitdet.py
+#: builds the ViT's with eps=1e-5, every other module uses torch's default, also 1e-5).
+META_EPS = 1e-5
+
+
+def with_transformers_defaults(config: Sam3Config) -> Sam3Config:
+    """``config`` with the values transformers' classes default to where Meta's code differs:
+    Sam3ViTConfig's layer_norm_eps 1e-6, and CLIPTextConfig's quick_gelu for a text_config
+    that does not name its activation."""
+    config = copy.deepcopy(config)
+    config.vision_config.backbone_config.layer_norm_eps = 1e-6
+    config.text_config.hidden_act = "quick_gelu"
+    return config
+
+
+def with_metas_constants(config: Sam3Config) -> Sam3Config:
+    """``config`` with Meta's values spelled out here, independently of the code under test."""
+    config = copy.deepcopy(config)
+    config.vision_config.backbone_config.layer_norm_eps = META_EPS
+    config.text_config.layer_norm_eps = META_EPS
+    config.text_config.hidden_act = "gelu"
+    return config
+
+
+def norms_not_at_metas_eps(model: Sam3Model) -> list[str]:
+    return [
+        f"{name} eps={module.eps}"
+        for name, module in model.named_modules()
+        if isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) and module.eps != META_EPS
+    ]
+
+
+def model_with(config: Sam3Config, state: dict[str, torch.Tensor]) -> Sam3Model:
+    model = Sam3Model(config).eval()
+    model.load_state_dict(state)
+    return model
+
+
+def test_meta_checkpoint_without_a_config_runs_with_metas_constants(
+    monkeypatch, tmp_path, meta_state, tiny_model, fixed_inputs
+) -> None:
+    """No config.json beside sam3.pt: the architecture is transformers' default Sam3Config(),
+    stood in for here by the tiny architecture with transformers' default constants (the real
+    one is 3.4 GB). The model must still run with Meta's epsilon and activation, in the torch
+    model and in the ttnn engine's configuration alike."""
+    import transformers
+
+    from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig
+
+    transformers_default = with_transformers_defaults(tiny_sam3_config())
+    monkeypatch.setattr(transformers, "Sam3Config", lambda: copy.deepcopy(transformers_default))
+    folder = write_meta_folder(tmp_path / "meta_no_config", meta_state, with_config=False)
+
+    loaded = load_sam3(weights_dir=folder).model
+
+    assert norms_not_at_metas_eps(loaded) == []
+    assert ImagePathConfig.from_hf(loaded.config.vision_config).eps == META_EPS
+    state = tiny_model.state_dict()
+    expected = run(model_with(with_metas_constants(transformers_default), state), fixed_inputs)
+    assert_same_outputs(run(loaded, fixed_inputs), expected)
+    # The test can tell: transformers' defaults give other outputs on the same weights.
+    other = run(model_with(transformers_default, state), fixed_inputs)
+    assert not torch.equal(other["pred_logits"], expected["pred_logits"])
+
+
+@pytest.mark.parametrize("weights_format", ["transformers", "meta"])
+def test_a_config_json_with_other_constants_is_overridden_and_logged_once(
+    tmp_path, meta_state, tiny_model, caplog, weights_format
+) -> None:
+    """The hub's config.json carries transformers' ViT epsilon (1e-6): both formats get Meta's."""
+    folder = tmp_path / weights_format
+    if weights_format == "meta":
+        write_meta_folder(folder, meta_state, with_config=False)
+    else:
+        model_with(tiny_sam3_config(), tiny_model.state_dict()).save_pretrained(folder)
+    with_transformers_defaults(tiny_sam3_config()).save_pretrained(folder)
+
+    with caplog.at_level("INFO", logger="tt_sam3_ros.weights"):
+        loaded = load_sam3(weights_dir=folder).model
+
+    assert norms_not_at_metas_eps(loaded) == []
+    assert loaded.config.vision_config.backbone_config.layer_norm_eps == META_EPS
+    assert loaded.config.text_config.hidden_act == "gelu"
+    overrides = [record.getMessage() for record in caplog.records if "Meta's" in record.getMessage()]
+    assert len(overrides) == 1, overrides
+    assert "1e-06" in overrides[0] and "quick_gelu" in overrides[0]
+
+
+def test_weights_already_at_metas_constants_log_no_override(tmp_path, tiny_folder, caplog) -> None:
+    with caplog.at_level("INFO", logger="tt_sam3_ros.weights"):
+        loaded = load_sam3(weights_dir=tiny_folder).model
+    assert norms_not_at_metas_eps(loaded) == []
+    assert not [record for record in caplog.records if "Meta's" in record.getMessage()]
 
 
 # ------------------------------------------------------------------ checkpoints that do not fit

@@ -7,6 +7,7 @@ One job per module:
   without loading them, with an actionable message for each failure.
 - ``integrity``: header and size checks that catch a truncated download before a big read.
 - ``meta_checkpoint``: reading Meta's ``sam3.pt`` and mapping its keys to transformers' layout.
+- ``meta_constants``: the epsilons and activations of Meta's code, which every load applies.
 - ``load``: building the model and its tokenizer from what ``resolve`` found.
 - ``errors``: ``WeightsError`` and its offline variant.
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import WeightsError, corrupt
 from .integrity import check_transformers_folder
 from .meta_checkpoint import OPTIONAL_HF_KEYS, convert_meta_state_dict, mismatch_message, read_meta_checkpoint
+from .meta_constants import apply_meta_constants
 from .release import DEFAULT_MODEL_ID
 from .resolve import ResolvedWeights, resolve_weights
 
@@ -116,9 +117,12 @@ def _load_transformers(resolved: ResolvedWeights, dtype: torch.dtype | None) -> 
     folder = resolved.path
     assert folder is not None
     check_transformers_folder(folder)
+    config = _config_beside(folder)
+    assert config is not None  # check_transformers_folder found config.json
+    _use_meta_constants(config, f"{folder / 'config.json'}")
     try:
         model, info = Sam3Model.from_pretrained(
-            folder, dtype=dtype, local_files_only=True, output_loading_info=True
+            folder, config=config, dtype=dtype, local_files_only=True, output_loading_info=True
         )
     except (OSError, ValueError, RuntimeError, KeyError) as error:
         raise WeightsError(
@@ -180,16 +184,32 @@ def _load_meta(resolved: ResolvedWeights, dtype: torch.dtype | None) -> LoadedMo
     """Convert Meta's checkpoint in memory and hand it to from_pretrained (no random init).
 
     The architecture is transformers' default Sam3Config (SAM 3 as released) unless a
-    config.json next to the checkpoint says otherwise.
+    config.json next to the checkpoint says otherwise; its constants are Meta's either way.
     """
     from transformers import Sam3Config, Sam3Model
 
     checkpoint = resolved.path
     assert checkpoint is not None
-    config = _config_beside(checkpoint.parent) or Sam3Config()
+    config = _config_beside(checkpoint.parent)
+    if config is None:
+        config = Sam3Config()
+        _use_meta_constants(config, "transformers' default Sam3Config")
+    else:
+        _use_meta_constants(config, f"{checkpoint.parent / 'config.json'}")
     converted = convert_meta_state_dict(read_meta_checkpoint(checkpoint), config, source=str(checkpoint))
     model, info = Sam3Model.from_pretrained(
         None, config=config, state_dict=converted, dtype=dtype, output_loading_info=True
     )
     _raise_on_loading_info(info, str(checkpoint))
     return LoadedModel(model, _tokenizer_for(checkpoint.parent), resolved.source, is_random=False)
+
+
+def _use_meta_constants(config: Sam3Config, described_by: str) -> None:
+    """Meta's epsilons and activations (see meta_constants) on ``config``, logged once if they differ."""
+    changes = apply_meta_constants(config)
+    if changes:
+        LOG.info(
+            "SAM 3 runs with Meta's constants, which its weights were trained with, where %s differs: %s",
+            described_by,
+            "; ".join(changes),
+        )
