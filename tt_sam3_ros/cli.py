@@ -14,8 +14,19 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .engines.base import EngineError
+from .errors import InputError
 from .tiny_model import TINY_MODEL_ID
+from .weights import WeightsError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: The errors whose message is written for the user (what is wrong, what to do): printed as one
+#: line. Exit status 1 for weights that cannot be had, 2 for a bad argument or an unusable engine.
+_USER_ERRORS = (InputError, EngineError, WeightsError)
 
 LOG = logging.getLogger("tt_sam3")
 
@@ -51,20 +62,37 @@ def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dtype", default=None, help="float32 or bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
     )
+    parser.set_defaults(run=_run_segment)
+
+
+def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
+    """The prompts and the image, checked before the (slow) model load.
+
+    Raises:
+        InputError: a prompt, a setting or the image cannot be used; the message says which.
+    """
+    from .preprocess import load_image
+    from .prompts import validate_prompts
+    from .segmenter import check_settings
+
+    prompts = validate_prompts(args.prompt)
+    try:
+        check_settings(args.threshold, args.max_instances)
+    except ValueError as error:  # the settings' own check: nothing else runs inside it
+        raise InputError(str(error)) from None
+    try:
+        return prompts, load_image(args.image)
+    except OSError as error:  # unreadable or missing file: its name and the reason
+        raise InputError(f"cannot read {args.image}: {error.strerror or error}") from None
 
 
 def _run_segment(args: argparse.Namespace) -> int:
     import cv2
 
     from .overlay import draw_overlay
-    from .preprocess import load_image
-    from .prompts import validate_prompts
-    from .segmenter import Sam3Segmenter, check_settings
+    from .segmenter import Sam3Segmenter
 
-    # Everything a user can get wrong is checked before the (slow) model load.
-    prompts = validate_prompts(args.prompt)
-    check_settings(args.threshold, args.max_instances)
-    rgb = load_image(args.image)
+    prompts, rgb = _checked_inputs(args)
     if args.model == TINY_MODEL_ID:
         print(_RANDOM_WARNING, file=sys.stderr)
     with Sam3Segmenter.from_pretrained(
@@ -77,14 +105,19 @@ def _run_segment(args: argparse.Namespace) -> int:
     ) as segmenter:
         result = segmenter(rgb, prompts, threshold=args.threshold, max_instances=args.max_instances)
         details = segmenter.describe()
-    args.out.mkdir(parents=True, exist_ok=True)
-    overlay_path = args.out / f"{args.image.stem}_overlay.png"
-    json_path = args.out / f"{args.image.stem}.json"
-    cv2.imwrite(str(overlay_path), cv2.cvtColor(draw_overlay(rgb, result), cv2.COLOR_RGB2BGR))
     report = {"image": str(args.image), **result.to_dict(), "engine": details}
     if args.model == TINY_MODEL_ID:
         report["warning"] = "tiny-random model: random weights, meaningless output"
-    json_path.write_text(json.dumps(report, indent=2))
+    overlay = cv2.cvtColor(draw_overlay(rgb, result), cv2.COLOR_RGB2BGR)
+    overlay_path = args.out / f"{args.image.stem}_overlay.png"
+    json_path = args.out / f"{args.image.stem}.json"
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        if not cv2.imwrite(str(overlay_path), overlay):
+            raise OSError(f"OpenCV could not write {overlay_path}")
+        json_path.write_text(json.dumps(report, indent=2))
+    except OSError as error:  # --out is a file, read-only, on a full disk...
+        raise InputError(f"cannot write the results to {args.out}: {error}") from None
     print(f"{len(result.instances)} instance(s); wrote {overlay_path} and {json_path}")
     return 0
 
@@ -114,16 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     _segment_parser(subparsers)
     _publish_parser(subparsers)
     args = parser.parse_args(argv)
-    from .engines.base import EngineError
-
     try:
-        return _run_segment(args)
-    except (ValueError, EngineError, OSError) as error:
+        return args.run(args)
+    except _USER_ERRORS as error:
         print(f"tt-sam3: {error}", file=sys.stderr)
-        return 2
-    except RuntimeError as error:  # WeightsError and friends: already actionable
-        print(f"tt-sam3: {error}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(error, WeightsError) else 2
+    # Anything else (a CUDA out-of-memory, a bug in torch or here) keeps its traceback.
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,53 @@ def test_publish_images_help_is_its_own() -> None:
     done = run("publish-images", "--help")
     assert done.returncode == 0
     assert "--rate" in done.stdout and "--topic" in done.stdout
+
+
+def test_unwritable_output_folder_is_reported(picture: Path, tmp_path: Path) -> None:
+    taken = tmp_path / "a_file"
+    taken.write_text("not a folder")
+    done = run("segment", str(picture), "--prompt", "car", "--model", "tiny-random", "--out", str(taken))
+    assert done.returncode == 2
+    assert "a_file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_missing_weights_are_reported_without_traceback(picture: Path, tmp_path: Path) -> None:
+    done = run("segment", str(picture), "--prompt", "car", "--weights-dir", str(tmp_path / "none"))
+    assert done.returncode == 1
+    assert "does not exist" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_engine_refusal_is_reported_without_traceback(picture: Path, tmp_path: Path) -> None:
+    done = run(
+        "segment", str(picture), "--prompt", "car", "--model", "tiny-random", "--engine", "torch",
+        "--dtype", "float16", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "float16" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        ValueError("Expected 4-dimensional input for 4-dimensional weight"),
+        OSError("[Errno 5] Input/output error"),
+    ],
+    ids=["runtime", "value", "os"],
+)
+def test_a_fault_that_is_no_message_for_the_user_keeps_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, picture: Path, tmp_path: Path, fault: Exception
+) -> None:
+    """A CUDA out-of-memory or a bug inside torch is not a user's mistake: it must not be
+    turned into a one-line message (which hides where it came from)."""
+    from tt_sam3_ros import cli
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise fault
+
+    monkeypatch.setattr(Sam3Segmenter, "from_pretrained", failing)
+    with pytest.raises(type(fault), match=re.escape(str(fault))):
+        cli.main(
+            ["segment", str(picture), "--prompt", "car", "--model", "tiny-random", "--out", str(tmp_path)]
+        )
