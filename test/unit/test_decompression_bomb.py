@@ -146,3 +146,24 @@ def test_a_larger_limit_lets_the_same_header_through() -> None:
     with pytest.raises(ValueError, match="declares 5000x40 pixels; the largest side allowed is 4096"):
         load_image(encoded.tobytes())
     assert load_image(encoded.tobytes(), max_side=8192).shape == (40, 5000, 3)
+
+
+def test_a_lazily_opened_pil_image_is_refused_before_it_decodes(tmp_path: Path) -> None:
+    # 9000x9000 stays under PIL's own bomb limit, so PIL would decode it (243 MB) when asked.
+    import tracemalloc
+
+    from PIL import Image
+
+    from tt_sam3_ros.preprocess import load_image
+
+    path = tmp_path / "big.png"
+    path.write_bytes(png_bomb(9000))
+    with Image.open(path) as picture:
+        tracemalloc.start()
+        try:
+            with pytest.raises(ValueError, match="declares 9000x9000 pixels; the largest side allowed"):
+                load_image(picture)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 1_000_000
