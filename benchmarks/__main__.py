@@ -1,4 +1,6 @@
-"""`python -m benchmarks [--quick] [--only model|host|stream|tracking] [--device cpu|cuda]`: print the tables.
+"""`python -m benchmarks [--quick] [--only SECTION] [--device cpu|cuda]`: print the tables.
+
+SECTION: model, host, stream, tracking, blackhole (repeatable; default: all).
 
 The GPU check is `python3 -m benchmarks --only model --device cuda` (tools/gpu_check.sh).
 """
@@ -10,7 +12,7 @@ import inspect
 import os
 import sys
 
-SECTIONS = ("model", "host", "stream", "tracking")
+SECTIONS = ("model", "host", "stream", "tracking", "blackhole")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

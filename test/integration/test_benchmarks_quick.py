@@ -83,6 +83,9 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     assert "== tracking: identity, 10% missed detections" in out
     assert "ours (InstanceTracker: masks + motion)" in out and "ByteTrack (trackers 2.1.0)" in out
     assert "== tracking: cost per frame at 1920x1080" in out
+    # blackhole: the mock p150a's per-stage peaks and the cost model (or why they did not run)
+    assert "Blackhole image path on a mock p150a" in out
+    assert "not run:" in out or ("per-core peak L1 by stage" in out and "predicted image trace:" in out)
 
 
 def test_only_runs_the_named_section() -> None:

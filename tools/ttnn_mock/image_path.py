@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args.manifest = args.manifest.resolve()
     manifest = json.loads(args.manifest.read_text())
     report: dict[str, Any] = {"mode": args.mode, "harvest_mask": args.harvest, "phases": [], "ok": False}
+    report["ttnn_version"] = importlib.metadata.version("ttnn") if importlib.util.find_spec("ttnn") else None
     try:
         with tempfile.TemporaryDirectory(prefix="ttnn-mock-") as scratch:
             os.environ.update(toolchain.build(Path(scratch), args.harvest))

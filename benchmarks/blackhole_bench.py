@@ -1,0 +1,209 @@
+"""Blackhole section: the image path on a mock p150a (real ttnn 0.81.1, no card) and its cost model.
+
+Two tables from one forward of the engine's image path, run by tools/ttnn_mock/image_path.py in
+.venv-ttnn with NO_DISPATCH graph capture, one capture per stage:
+- per-core peak L1 of each stage as the real library sizes it (L1 buffers, circular buffers,
+  dataflow buffers, their peak total), beside the 1,428,352 B L1 bank; buffers made before a
+  stage (weights, the stage's input) are not counted in it;
+- the roofline cost model of the same forward (benchmarks/trace_cost.py): FLOPs, DRAM bytes
+  and time at p150a peaks per stage and for the frame, beside the ViT's physical floor and
+  the 40 ms goal, and the ops that take the most modelled time.
+
+Full size: SAM 3's real architecture (random-free: the weights are zeros, nothing computes), on
+the harvested 11x10 grid of a real p150a and on an unharvested 13x10 one. --quick: the tiny
+model on 11x10 only (a smoke run: the numbers say nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import report, trace_cost
+
+REPO = Path(__file__).resolve().parents[1]
+TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
+RUNNER = REPO / "tools" / "ttnn_mock" / "image_path.py"
+L1_BANK_BYTES = 1_428_352
+MAX_L1_BYTES = 1_572_864
+GRIDS = {"harvested (11x10, like a p150a)": 3, "unharvested (13x10)": 0}
+
+
+def _mock_run(manifest_path: Path, harvest: int, out: Path) -> dict[str, Any]:
+    report.progress(f"mock p150a, harvest mask {harvest}: NO_DISPATCH forward")
+    command = [str(TTNN_PYTHON), str(RUNNER), str(manifest_path), "--harvest", str(harvest)]
+    command += ["--mode", "no_dispatch", "--json", str(out)]
+    done = subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if not result.get("ok") and "unavailable" not in result:
+        detail = result.get("error") or done.stderr[-1500:]
+        raise RuntimeError(f"the mock run failed (exit {done.returncode}): {detail}")
+    return result
+
+
+def _kib(value: int) -> str:
+    return f"{value / 1024:,.0f}"
+
+
+def peak_rows(stages: list[dict[str, Any]]) -> list[list[object]]:
+    """One row per stage kind; blocks of a kind show their largest peak."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for stage in stages:
+        grouped.setdefault(trace_cost.stage_label(stage["stage"], stage["windowed"]), []).append(stage)
+    rows = []
+    for label, members in grouped.items():
+        worst = max(members, key=lambda s: s["peak_total"])
+        name = f"{label} (max of {len(members)})" if len(members) > 1 else label
+        rows.append(
+            [
+                name,
+                worst["ops"],
+                _kib(worst["peak_l1"]),
+                _kib(worst["peak_cb"]),
+                _kib(worst["peak_dataflow_buffer"]),
+                _kib(worst["peak_total"]),
+                f"{worst['peak_total'] / L1_BANK_BYTES:.0%}",
+                f"{worst['peak_total'] / MAX_L1_BYTES:.0%}",
+            ]
+        )
+    return rows
+
+
+def print_peaks(grid_name: str, result: dict[str, Any]) -> None:
+    x, y = result["grid"]
+    report.title(f"per-core peak L1 by stage, NO_DISPATCH: {grid_name}, {x}x{y} compute grid")
+    report.table(
+        [
+            "stage",
+            "ops",
+            "L1 buffers KiB",
+            "CBs KiB",
+            "dataflow bufs KiB",
+            "total KiB",
+            "of L1 bank",
+            "of L1",
+        ],
+        peak_rows(result["stages"]),
+    )
+    print(
+        f"L1 bank {L1_BANK_BYTES:,} B per core (the allocator's limit for buffers), {MAX_L1_BYTES:,} B "
+        "L1 in all (the circular-buffer limit); the total is the worst moment of one op, every kind "
+        "together; weights and each stage's input live in DRAM and are not counted."
+    )
+
+
+def print_cost_model(result: dict[str, Any]) -> None:
+    x, y = result["grid"]
+    costs = trace_cost.price_all(result["ops"])
+    stages = trace_cost.by_stage(costs)
+    report.title(
+        f"image trace cost model: roofline per op at p150a peaks ({trace_cost.PEAK_CORES} cores: "
+        f"{trace_cost.PEAK_TFLOPS['LOFI']:.0f} TFLOP/s LoFi, {trace_cost.PEAK_TFLOPS['HIFI2']:.0f} HiFi2, "
+        f"{trace_cost.PEAK_TFLOPS['HIFI4']:.0f} HiFi4; DRAM {trace_cost.DRAM_GBPS:.0f} GB/s)"
+    )
+    rows = [
+        [
+            s.label,
+            s.blocks or "",
+            s.ops,
+            f"{s.flops / 1e9:,.0f}",
+            f"{s.dram_bytes / 1e6:,.0f}",
+            f"{s.compute_s * 1e3:.2f}",
+            f"{s.memory_s * 1e3:.2f}",
+            f"{s.seconds * 1e3:.2f}",
+        ]
+        for s in stages
+    ]
+    total = sum(c.seconds for c in costs)
+    flops = sum(c.flops for c in costs)
+    rows.append(
+        [
+            "frame (image trace)",
+            "",
+            len(costs),
+            f"{flops / 1e9:,.0f}",
+            f"{sum(c.dram_bytes for c in costs) / 1e6:,.0f}",
+            f"{sum(c.compute_s for c in costs) * 1e3:.2f}",
+            f"{sum(c.memory_s for c in costs) * 1e3:.2f}",
+            f"{total * 1e3:.2f}",
+        ]
+    )
+    report.table(
+        ["stage", "blocks", "ops", "GFLOP", "DRAM MB", "compute ms", "memory ms", "roofline ms"], rows
+    )
+    vit_flops = sum(c.flops for c in costs if c.stage in ("patch_embed", "vit_block"))
+    floor = vit_flops / (trace_cost.PEAK_TFLOPS["HIFI2"] * 1e12)
+    grid_cores = x * y
+    on_grid = sum(c.seconds for c in trace_cost.price_all(result["ops"], cores=grid_cores))
+    print(
+        f"predicted image trace: {total * 1e3:.1f} ms at {trace_cost.PEAK_CORES} cores, "
+        f"{on_grid * 1e3:.1f} ms on the {x}x{y} grid the mock opened ({grid_cores} cores)"
+    )
+    print(
+        f"physical floor: ViT {vit_flops / 1e12:.2f} TFLOP at HiFi2 = {floor * 1e3:.1f} ms "
+        f"(DESIGN.md: ~{trace_cost.VIT_FLOOR_MS:.0f} ms); goal {trace_cost.GOAL_MS:.0f} ms for the frame; "
+        f"predicted / goal = {total * 1e3 / trace_cost.GOAL_MS:.2f}"
+    )
+    per_block = trace_cost.ops_per_block(result["ops"])
+    print(
+        "ops per ViT block: "
+        + ", ".join(
+            f"{kind} {'/'.join(str(n) for n in sorted(ns))}" for kind, ns in sorted(per_block.items())
+        )
+    )
+    report.title("ops that take the most modelled time (same op, same shapes, same stage)")
+    report.table(
+        ["stage", "op (input shapes)", "fidelity", "bound", "runs", "ms", "of frame"],
+        [
+            [
+                g.stage,
+                g.signature,
+                g.fidelity or "",
+                g.bound,
+                g.count,
+                f"{g.seconds * 1e3:.2f}",
+                f"{g.seconds / total:.0%}",
+            ]
+            for g in trace_cost.dominant(costs)
+        ],
+    )
+
+
+def main(quick: bool) -> None:
+    sys.path.insert(0, str(REPO / "tools"))
+    from ttnn_mock import manifest
+
+    size = "tiny" if quick else "full"
+    grids = dict(list(GRIDS.items())[:1]) if quick else GRIDS
+    report.title(f"Blackhole image path on a mock p150a: {size} architecture")
+    if not TTNN_PYTHON.exists():
+        print("not run: no .venv-ttnn (make ttnn-env makes it)")
+        return
+    with tempfile.TemporaryDirectory(prefix="blackhole-bench-") as scratch:
+        folder = Path(scratch)
+        manifest_path = manifest.write(size, folder / "manifest.json")
+        results = {
+            name: _mock_run(manifest_path, mask, folder / f"{mask}.json") for name, mask in grids.items()
+        }
+    first = next(iter(results.values()))
+    if "unavailable" in first:
+        print(f"not run: {first['unavailable']}")
+        return
+    print(
+        f"settings: real ttnn {first['ttnn_version']} (.venv-ttnn) on a mock p150a, "
+        f"{first['dispatch']} dispatch, the engine's device settings; weights as the engine uploads "
+        "them (zeros: nothing computes); one forward with NO_DISPATCH graph capture per stage"
+    )
+    for name, result in results.items():
+        print_peaks(name, result)
+    print_cost_model(first)

@@ -1,0 +1,178 @@
+"""The image trace's op count per stage, and the cost model that prices it (benchmarks/trace_cost.py).
+
+The op counts are pinned: the engine's image path runs once on the emulator through the op
+recorder the mock check and the benchmark use (tools/ttnn_mock/oplog.py), and every ViT block
+must issue exactly the pinned number of device ops. A change that adds ops to a block fails
+here; one that fuses ops (the point of issue 11's item 5) lowers the pin in the same commit.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import trace_cost
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+from ttnn_mock import oplog
+
+#: Device ops per stage of today's image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
+OPS_PER_WINDOWED_BLOCK = 21
+OPS_PER_GLOBAL_BLOCK = 21
+OPS_PATCH_EMBED = 4
+OPS_NECK = 34
+
+
+@pytest.fixture(scope="module")
+def recorded_forward(tiny_model, tokenizer):
+    """The op log of one eager image-path forward of the tiny model on the emulator."""
+    import ttnn_emulator
+
+    from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
+
+    ttnn_emulator.reset()
+    recorder = oplog.Recorder(ttnn_emulator)
+    try:
+        with TtnnEngine(tiny_model, tokenizer, ttnn_module=recorder, use_trace=False) as engine:
+            before = len(recorder.log)
+            engine.encode_vision(np.zeros((1, 3, 1008, 1008), np.float32))
+            return [record.to_json() for record in recorder.log[before:]], engine.config
+    finally:
+        ttnn_emulator.reset()
+
+
+def test_op_count_per_vit_block_is_pinned(recorded_forward):
+    ops, config = recorded_forward
+    per_block = Counter(op["block"] for op in ops if op["stage"] == "vit_block")
+    assert sorted(per_block) == list(range(config.layers))
+    windowed = {per_block[i] for i in range(config.layers) if not config.is_global(i)}
+    global_ = {per_block[i] for i in config.global_layers}
+    assert windowed == {OPS_PER_WINDOWED_BLOCK}, f"windowed blocks now issue {windowed} ops"
+    assert global_ == {OPS_PER_GLOBAL_BLOCK}, f"global blocks now issue {global_} ops"
+    assert trace_cost.ops_per_block(ops) == {"windowed": windowed, "global": global_}
+
+
+def test_op_count_outside_the_blocks_is_pinned(recorded_forward):
+    ops, _ = recorded_forward
+    stages = Counter(op["stage"] for op in ops)
+    assert stages["patch_embed"] == OPS_PATCH_EMBED
+    assert stages["neck"] == OPS_NECK
+    assert stages["other"] == 0, [op["op"] for op in ops if op["stage"] == "other"]
+
+
+def test_recorder_logs_what_the_model_prices(recorded_forward):
+    ops, config = recorded_forward
+    qkv = next(op for op in ops if op["op"] == "linear" and op["stage"] == "vit_block")
+    assert qkv["fidelity"] == "HIFI2"
+    assert qkv["inputs"][0]["shape"] == [1, config.tokens, config.hidden]
+    assert qkv["inputs"][1]["dtype"] == "BFLOAT8_B" and qkv["outputs"][0]["memory"] == "DRAM"
+    attention = next(op for op in ops if op["op"] == trace_cost.ATTENTION)
+    assert attention["options"]["q_chunk_size"] > 0
+    assert all(trace_cost.price(op).seconds >= 0 for op in ops)
+
+
+def _tensor(shape, dtype="BFLOAT16", layout="TILE", memory="DRAM"):
+    return {"shape": list(shape), "dtype": dtype, "layout": layout, "memory": memory}
+
+
+def _op(name, inputs, outputs, fidelity=None, stage="vit_block", **options):
+    return {
+        "op": name,
+        "stage": stage,
+        "block": 0,
+        "windowed": True,
+        "inputs": inputs,
+        "outputs": outputs,
+        "fidelity": fidelity,
+        "options": options,
+    }
+
+
+def test_linear_priced_as_matrix_flops_and_each_tensor_once():
+    x, w = _tensor((1, 5184, 1024)), _tensor((1024, 4736), "BFLOAT8_B")
+    out = _tensor((1, 5184, 4736))
+    cost = trace_cost.price(_op("linear", [x, w], [out], "HIFI2"))
+    assert cost.flops == 2 * 5184 * 1024 * 4736
+    assert cost.dram_bytes == pytest.approx(5184 * 1024 * 2 + 1024 * 4736 * 1088 / 1024 + 5184 * 4736 * 2)
+    assert cost.compute_s == pytest.approx(cost.flops / 332e12)
+    assert cost.bound == "compute" and cost.seconds == cost.compute_s
+    slower = trace_cost.price(_op("linear", [x, w], [out], "HIFI4"))
+    assert slower.compute_s == pytest.approx(2 * cost.compute_s)
+    on_110 = trace_cost.price(_op("linear", [x, w], [out], "HIFI2"), cores=110)
+    assert on_110.compute_s == pytest.approx(cost.compute_s * 120 / 110)
+
+
+def test_tile_padding_counts_in_flops_and_bytes():
+    a, b = _tensor((1, 1, 33, 17)), _tensor((17, 40))
+    cost = trace_cost.price(_op("matmul", [a, b], [_tensor((1, 1, 33, 40))], "LOFI"))
+    assert cost.flops == 2 * 64 * 32 * 64
+    assert trace_cost.tensor_bytes(a) == 64 * 32 * 2
+    assert trace_cost.tensor_bytes(_tensor((1, 1, 33, 17), layout="ROW_MAJOR")) == 33 * 17 * 2
+
+
+def test_elementwise_is_memory_bound():
+    a = _tensor((1, 5184, 1024))
+    cost = trace_cost.price(_op("add", [a, a], [a]))
+    assert cost.flops == 0 and cost.fidelity is None and cost.bound == "memory"
+    assert cost.seconds == pytest.approx(3 * 5184 * 1024 * 2 / 512e9)
+
+
+def test_reshape_is_free_only_when_it_can_be_a_view():
+    view = _op("reshape", [_tensor((1, 5184, 3072))], [_tensor((9, 576, 3072))])
+    copy = _op("reshape", [_tensor((5184, 1024))], [_tensor((72, 72, 1024))])  # 72 rows: not tile-aligned
+    changed = _op("reshape", [_tensor((1, 5184, 3072))], [_tensor((1, 5184, 3, 1024))])
+    assert trace_cost.price(view).dram_bytes == 0
+    assert trace_cost.price(copy).dram_bytes > 0
+    assert trace_cost.price(changed).dram_bytes > 0
+
+
+def test_attention_rereads_keys_and_values_per_query_chunk():
+    q = _tensor((1, 16, 5184, 64))
+    narrow = _op(trace_cost.ATTENTION, [q, q, q], [q], "HIFI4", q_chunk_size=64, k_chunk_size=64)
+    wide = _op(trace_cost.ATTENTION, [q, q, q], [q], "HIFI4", q_chunk_size=288, k_chunk_size=288)
+    size = trace_cost.tensor_bytes(q)
+    assert trace_cost.price(narrow).dram_bytes == pytest.approx(size * (2 + 2 * math.ceil(5184 / 64)))
+    assert trace_cost.price(wide).dram_bytes == pytest.approx(size * (2 + 2 * 18))
+    assert trace_cost.price(narrow).flops == 4 * 16 * 5184 * 5184 * 64
+
+
+def test_conv2d_priced_from_its_geometry():
+    x, out = _tensor((1, 1, 5184, 256)), _tensor((1, 1, 5184, 256))
+    conv = _op(
+        "conv2d",
+        [x, _tensor((256, 256, 3, 3), "FLOAT32", "ROW_MAJOR", "host")],
+        [out],
+        "HIFI2",
+        stage="neck",
+        in_channels=256,
+        out_channels=256,
+        input_height=72,
+        input_width=72,
+        kernel_size=[3, 3],
+        stride=[1, 1],
+        weights_dtype="BFLOAT8_B",
+    )
+    cost = trace_cost.price(conv)
+    assert cost.flops == 2 * 72 * 72 * 256 * 256 * 9
+    weights = 256 * 256 * 9 * 1088 / 1024
+    assert cost.dram_bytes == pytest.approx(2 * trace_cost.tensor_bytes(x) + weights)
+
+
+def test_stage_sums_add_up_to_the_frame():
+    a = _tensor((1, 5184, 1024))
+    ops = [
+        _op("add", [a, a], [a], stage="patch_embed"),
+        _op("add", [a, a], [a]),
+        {**_op("add", [a, a], [a]), "block": 1, "windowed": False},
+        _op("add", [a, a], [a], stage="neck"),
+    ]
+    costs = trace_cost.price_all(ops)
+    stages = trace_cost.by_stage(costs)
+    assert [s.label for s in stages] == list(trace_cost.STAGE_ORDER)
+    assert sum(s.seconds for s in stages) == pytest.approx(sum(c.seconds for c in costs))
+    assert trace_cost.dominant(costs, top=1)[0].count == 1
