@@ -167,3 +167,27 @@ def test_a_lazily_opened_pil_image_is_refused_before_it_decodes(tmp_path: Path) 
         finally:
             tracemalloc.stop()
     assert peak < 1_000_000
+
+
+@pytest.mark.parametrize(("fmt", "options"), [("GIF", {}), ("TIFF", {"compression": "tiff_deflate"})])
+def test_other_formats_pil_reads_are_refused_from_their_header(fmt: str, options: dict) -> None:
+    # Formats beyond PNG/JPEG reach load_image as bytes too; PIL reads their size lazily.
+    import io
+    import tracemalloc
+
+    from PIL import Image
+
+    from tt_sam3_ros.preprocess import load_image
+
+    buffer = io.BytesIO()
+    Image.new("1", (9000, 9000)).save(buffer, fmt, **options)  # 10 MB in memory, small on disk
+    data = buffer.getvalue()
+    assert len(data) < 2_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="declares 9000x9000 pixels"):
+            load_image(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(data) + 1_000_000

@@ -160,8 +160,19 @@ def test_huge_declared_sizes_with_little_data_allocate_nothing(
 
 
 def _encoded(extension: str, height: int, width: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    ok, encoded = cv2.imencode(extension, pixels)
+    """An OpenCV encoding of random pixels; the seed also picks the layout the file stores.
+
+    PNG: grey, grey+alpha-less BGR or BGRA, 8 or 16 bits. JPEG: grey or colour, baseline or
+    progressive (SOF2 instead of SOF0).
+    """
+    rng = np.random.default_rng(seed)
+    channels = [1, 3, 3, 4][seed % 4] if extension == ".png" else [1, 3][seed % 2]
+    deep = extension == ".png" and seed % 3 == 0
+    pixels = rng.integers(
+        0, 65536 if deep else 256, (height, width, channels), dtype=np.uint16 if deep else np.uint8
+    )
+    params = [cv2.IMWRITE_JPEG_PROGRESSIVE, 1] if extension == ".jpg" and seed % 5 == 0 else []
+    ok, encoded = cv2.imencode(extension, pixels, params)
     assert ok
     return encoded.tobytes()
 
@@ -173,7 +184,8 @@ def _with_declared_size(data: bytes, width: int, height: int) -> bytes:
         patched[16:24] = struct.pack(">II", width, height)
         patched[29:33] = struct.pack(">I", zlib.crc32(bytes(patched[12:29])))  # a valid IHDR: libpng reads on
     else:
-        sof = patched.index(b"\xff\xc0")
+        baseline = patched.find(b"\xff\xc0")
+        sof = baseline if baseline >= 0 else patched.index(b"\xff\xc2")  # else progressive
         patched[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(patched)
 
