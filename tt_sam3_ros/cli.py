@@ -1,10 +1,13 @@
 """`tt-sam3`: SAM 3 from the shell, no ROS needed.
 
     tt-sam3 segment IMAGE --prompt car --prompt person [--out DIR] [--threshold T]
+    tt-sam3 track VIDEO --prompt car [--out DIR] [--max-age-s S] [--min-iou F]
     tt-sam3 publish-images DIR_OR_VIDEO --topic image --rate 5
 
 `segment` writes DIR/<image>_overlay.png (masks, boxes, labels, scores) and
-DIR/<image>.json (the results; ids match the overlay's labels).
+DIR/<image>.json (the results; ids match the overlay's labels). `track` writes
+DIR/<video>_tracked.mp4 (each track id its own colour and label in every frame) and
+DIR/<video>.jsonl (one line per frame: its instances with their mask ids and track ids).
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
         "--threshold", type=float, default=0.5, help="score threshold in [0, 1) (default 0.5)"
     )
     parser.add_argument("--max-instances", type=int, default=50, help="most instances to keep (default 50)")
+    _model_arguments(parser)
+    parser.set_defaults(run=_run_segment)
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the model and where it runs (segment and track share them)."""
     parser.add_argument(
         "--model",
         default="facebook/sam3",
@@ -62,7 +71,6 @@ def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dtype", default=None, help="float32 or bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
     )
-    parser.set_defaults(run=_run_segment)
 
 
 def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
@@ -122,6 +130,87 @@ def _run_segment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _track_parser(subparsers: argparse._SubParsersAction) -> None:
+    from .tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU
+
+    parser = subparsers.add_parser(
+        "track", help="segment every frame of a video and track the instances; write an MP4 and JSON lines"
+    )
+    parser.add_argument("video", type=Path, help="a video file OpenCV can read (MP4, AVI, MKV, ...)")
+    parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
+    parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
+    parser.add_argument(
+        "--threshold", type=float, default=0.5, help="score threshold in [0, 1) (default 0.5)"
+    )
+    parser.add_argument("--max-instances", type=int, default=50, help="most instances per frame (default 50)")
+    parser.add_argument(
+        "--max-age-s",
+        type=float,
+        default=DEFAULT_MAX_AGE_S,
+        help=f"a track unseen for longer than this (video time) ends (default {DEFAULT_MAX_AGE_S})",
+    )
+    parser.add_argument(
+        "--min-iou",
+        type=float,
+        default=DEFAULT_MIN_IOU,
+        help=f"least mask IoU with a track's predicted mask to continue it (default {DEFAULT_MIN_IOU})",
+    )
+    _model_arguments(parser)
+    parser.set_defaults(run=_run_track)
+
+
+def _run_track(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .prompts import validate_prompts
+    from .segmenter import Sam3Segmenter, check_settings
+    from .tracking import Sam3Tracker, check_tracking_settings
+    from .video import TrackWriter, frames, probe
+
+    # Everything a user can get wrong is checked before the (slow) model load.
+    prompts = validate_prompts(args.prompt)
+    try:
+        check_settings(args.threshold, args.max_instances)
+    except ValueError as error:  # the settings' own check: nothing else runs inside it
+        raise InputError(str(error)) from None
+    check_tracking_settings(args.max_age_s, args.min_iou)
+    info = probe(args.video)
+    video_path = args.out / f"{args.video.stem}_tracked.mp4"
+    jsonl_path = args.out / f"{args.video.stem}.jsonl"
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        writer = TrackWriter(video_path, jsonl_path, info.fps, info.size)
+    except OSError as error:  # --out is a file, read-only, on a full disk...
+        raise InputError(f"cannot write the results to {args.out}: {error}") from None
+    tiny = args.model == TINY_MODEL_ID
+    if tiny:
+        print(_RANDOM_WARNING, file=sys.stderr)
+    extra = {"warning": "tiny-random model: random weights, meaningless output"} if tiny else {}
+    with (
+        writer,
+        Sam3Segmenter.from_pretrained(
+            model_id=args.model,
+            revision=args.revision,
+            weights_dir=args.weights_dir,
+            engine=args.engine,
+            device=args.device,
+            dtype=args.dtype,
+        ) as segmenter,
+    ):
+        tracker = Sam3Tracker(segmenter, max_age_s=args.max_age_s, min_iou=args.min_iou)
+        count, ids = 0, set()
+        progress = tqdm(
+            frames(args.video, info.fps), total=info.frame_count or None, unit="frame", desc="tracking"
+        )
+        for index, time_s, rgb in progress:
+            result = tracker(rgb, prompts, time_s, threshold=args.threshold, max_instances=args.max_instances)
+            writer.write(index, time_s, rgb, result, **extra)
+            ids.update(i.track_id for i in result.instances)
+            count += 1
+    print(f"{count} frame(s), {len(ids)} track(s); wrote {video_path} and {jsonl_path}")
+    return 0
+
+
 def _publish_parser(subparsers: argparse._SubParsersAction) -> None:
     # Listed here for `tt-sam3 --help`; main() hands its arguments, --help included, to
     # publish_images.py, whose parser owns them.
@@ -145,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tt-sam3", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     _segment_parser(subparsers)
+    _track_parser(subparsers)
     _publish_parser(subparsers)
     args = parser.parse_args(argv)
     try:

@@ -1,7 +1,8 @@
 """A picture of a result for people: coloured masks, boxes, labels and scores.
 
-Used by the CLI (written to PNG) and by the node's /sam3/overlay topic. Colours
-are fixed per instance id, so the same id has the same colour in every frame.
+Used by the CLI (written to PNG or, tracked, to MP4) and by the node's /sam3/overlay topic.
+Colours are fixed per id, so the same id has the same colour in every frame; the id drawn is
+the instance's track id when it has one, else its position in the frame (its mask value).
 """
 
 from __future__ import annotations
@@ -42,16 +43,22 @@ def draw_overlay(
         window = canvas[row : row + height, col : col + width]
         mine = labels[row : row + height, col : col + width] == instance_id
         # OpenCV blends the whole window in one pass; copyto keeps it only on this instance's pixels.
-        colour = np.full_like(window, instance_colour(instance_id))
+        colour = np.full_like(window, instance_colour(_shown_id(instance_id, instance.track_id)))
         tinted = cv2.addWeighted(window, 1 - _MASK_ALPHA, colour, _MASK_ALPHA, 0)
         np.copyto(window, tinted, where=mine[:, :, None])
     thickness = max(1, round(max(image.shape[:2]) / 500))
     for instance_id, instance in enumerate(result.instances[:count], start=1):
-        colour = instance_colour(instance_id)
+        shown = _shown_id(instance_id, instance.track_id)
+        colour = instance_colour(shown)
         x1, y1, x2, y2 = (round(v) for v in instance.box)
         cv2.rectangle(canvas, (x1, y1), (max(x1, x2 - 1), max(y1, y2 - 1)), colour, thickness)
-        _label(canvas, f"{instance_id} {instance.prompt} {instance.score:.2f}", (x1, y1), colour, thickness)
+        _label(canvas, f"{shown} {instance.prompt} {instance.score:.2f}", (x1, y1), colour, thickness)
     return canvas
+
+
+def _shown_id(position: int, track_id: int | None) -> int:
+    """The id a person sees: the track id when tracked, else the position (mask value)."""
+    return position if track_id is None else track_id
 
 
 def _label(

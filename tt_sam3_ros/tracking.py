@@ -3,6 +3,9 @@
     tracker = InstanceTracker(max_age_s=1.0, min_iou=0.3)
     tracked = tracker.update(result, stamp_s)      # same instances, same order, each with a track_id
 
+    tracker = Sam3Tracker(segmenter)               # or segment and track in one call
+    tracked = tracker(image, ["car"], stamp_s)
+
 How a frame is associated with the tracks alive before it:
 
 1. Each track predicts where its object is now: its last box moved by a constant velocity (the
@@ -42,12 +45,15 @@ import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from .errors import InputError
 from .results import Instance, SegmentationResult
+
+if TYPE_CHECKING:
+    from .segmenter import Sam3Segmenter
 
 LOG = logging.getLogger(__name__)
 
@@ -371,6 +377,10 @@ def _boxes_overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _assign(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows and columns of the optimal assignment, without the infeasible pairs."""
+    # Imported here: scipy.optimize takes 0.3 s or more to import, which `tt-sam3 --help` and
+    # an untracked node need not pay.
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(cost)
     feasible = cost[rows, cols] < _INFEASIBLE
     return rows[feasible], cols[feasible]
@@ -384,3 +394,39 @@ def _areas(boxes: np.ndarray) -> np.ndarray:
 def _centres(boxes: np.ndarray) -> np.ndarray:
     """(N, 2) centres (x, y) of (N, 4) x1 y1 x2 y2 boxes."""
     return (boxes[:, :2] + boxes[:, 2:]) / 2.0
+
+
+class Sam3Tracker:
+    """SAM 3 over a sequence of frames: each frame segmented, each instance given its track id.
+
+        with Sam3Segmenter.from_pretrained() as segmenter:
+            tracker = Sam3Tracker(segmenter)
+            for index, frame in enumerate(frames):
+                result = tracker(frame, ["car"], stamp_s=index / fps)
+                ids = [i.track_id for i in result.instances]
+
+    The segmenter stays the caller's (open and close it as usual); the tracker only holds the
+    tracks. Prompts may change between frames: the tracks of a prompt that is dropped die with it.
+    """
+
+    def __init__(
+        self, segmenter: Sam3Segmenter, max_age_s: float = DEFAULT_MAX_AGE_S, min_iou: float = DEFAULT_MIN_IOU
+    ):
+        self.segmenter = segmenter
+        self.tracker = InstanceTracker(max_age_s=max_age_s, min_iou=min_iou)
+
+    def __call__(
+        self,
+        image: object,
+        prompts: list[str],
+        stamp_s: float,
+        threshold: float = 0.5,
+        max_instances: int = 50,
+    ) -> SegmentationResult:
+        """Segment ``image`` (see ``Sam3Segmenter.__call__``) and track its instances at ``stamp_s``."""
+        result = self.segmenter(image, prompts, threshold=threshold, max_instances=max_instances)
+        return self.tracker.update(result, stamp_s)
+
+    def reset(self) -> None:
+        """Forget the tracks (a new video); ids given so far are never given again."""
+        self.tracker.reset()
