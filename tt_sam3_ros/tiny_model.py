@@ -7,7 +7,8 @@ Only the widths and depths shrink: the input stays 1008x1008 (72x72 patches,
 24x24 windows) and the masks 288x288, so every shape outside the model is real.
 
 The tokenizer is the real CLIP BPE (49408 tokens), rebuilt from the vocabulary file
-that the open-clip-torch package ships, so no download is needed.
+that the open-clip-torch package ships (a run-time requirement), so no download is needed;
+the loaders also use it for weights that come without tokenizer files (Meta's sam3.pt).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 #: The name users pass (``--model tiny-random``, ``model_id:=tiny-random``).
 TINY_MODEL_ID = "tiny-random"
 _BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
+#: The package that ships _BPE_FILE, as requirements/core.txt pins it.
+OPEN_CLIP_REQUIREMENT = "open-clip-torch==3.3.0"
 _BPE_MERGES = 49152 - 256 - 2
 
 
@@ -70,12 +73,19 @@ def build_tiny_sam3(seed: int = 0) -> Sam3Model:
 
 
 def _bpe_vocabulary_path() -> Path:
-    """The CLIP BPE merges file inside open-clip-torch, found without importing it."""
+    """The CLIP BPE merges file inside open-clip-torch, found without importing it.
+
+    Raises:
+        WeightsError: open-clip-torch is not installed; the message names the requirement.
+    """
     spec = importlib.util.find_spec("open_clip")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "the tiny-random model needs the CLIP vocabulary from open-clip-torch: "
-            "pip install open-clip-torch==3.3.0"
+        from .weights.errors import WeightsError
+
+        raise WeightsError(
+            "SAM 3's CLIP tokenizer is built from the vocabulary file that the open-clip-torch "
+            f"package ships, and open-clip-torch is not installed: `pip install {OPEN_CLIP_REQUIREMENT}` "
+            "(a run-time requirement, pinned in requirements/core.txt)."
         )
     return Path(next(iter(spec.submodule_search_locations))) / _BPE_FILE
 

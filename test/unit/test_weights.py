@@ -7,6 +7,7 @@ errors huggingface_hub raises, or run with HF_HUB_OFFLINE against a cache built 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import subprocess
 import sys
@@ -420,6 +421,50 @@ def test_weights_already_at_metas_constants_log_no_override(tmp_path, tiny_folde
         loaded = load_sam3(weights_dir=tiny_folder).model
     assert norms_not_at_metas_eps(loaded) == []
     assert not [record for record in caplog.records if "Meta's" in record.getMessage()]
+
+
+# ----------------------------------------------------------------- the tokenizer sam3.pt lacks
+
+REPOSITORY = Path(__file__).parents[2]
+
+
+def requirement_lines(name: str) -> list[str]:
+    text = (REPOSITORY / "requirements" / name).read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def open_clip_pins(name: str) -> list[str]:
+    return [line for line in requirement_lines(name) if line.startswith("open-clip-torch")]
+
+
+def test_the_clip_vocabulary_is_a_run_time_requirement() -> None:
+    """Meta's sam3.pt has no tokenizer: with the README's install (core.txt) it must still load."""
+    assert open_clip_pins("core.txt") == ["open-clip-torch==3.3.0"]
+    assert open_clip_pins("dev.txt") == []
+
+
+def test_sam3_pt_without_tokenizer_files_or_open_clip_names_the_requirement(
+    monkeypatch, tmp_path, meta_state
+) -> None:
+    from tt_sam3_ros.tiny_model import clip_vocabulary
+
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object, **kwargs: object):
+        return None if name == "open_clip" else real_find_spec(name, *args, **kwargs)
+
+    folder = write_meta_folder(tmp_path / "meta_no_tokenizer", meta_state)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    clip_vocabulary.cache_clear()
+    try:
+        with pytest.raises(WeightsError) as refused:
+            load_sam3(weights_dir=folder)
+    finally:
+        clip_vocabulary.cache_clear()
+    message = str(refused.value)
+    assert str(folder) in message and "no tokenizer files" in message
+    assert "pip install open-clip-torch==3.3.0" in message and "requirements/core.txt" in message
+    assert "tiny-random" not in message
 
 
 # ------------------------------------------------------------------ checkpoints that do not fit

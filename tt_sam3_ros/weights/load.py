@@ -147,7 +147,13 @@ def _tokenizer_for(folder: Path) -> Any:
     from ..tiny_model import clip_tokenizer
 
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
-        return clip_tokenizer()
+        try:
+            return clip_tokenizer()
+        except WeightsError as error:
+            raise WeightsError(
+                f"{folder} holds no tokenizer files ({', '.join(_TOKENIZER_FILES)}), so {error} "
+                f"Or copy {DEFAULT_MODEL_ID}'s tokenizer files beside the weights."
+            ) from error
     from transformers import AutoTokenizer
 
     try:

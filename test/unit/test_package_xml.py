@@ -1,0 +1,57 @@
+"""package.xml declares what the package uses, and nothing that rosdep would install for nothing."""
+
+from __future__ import annotations
+
+import ast
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+REPOSITORY = Path(__file__).parents[2]
+
+#: rosdep keys of Python libraries -> the module the code imports.
+PYTHON_MODULES = {
+    "python3-numpy": "numpy",
+    "python3-opencv": "cv2",
+    "python3-pil": "PIL",
+    "python3-scipy": "scipy",
+}
+#: Declared and used, though not imported under their own name.
+USED_WITHOUT_AN_IMPORT = {
+    "lifecycle_msgs": "the node is an rclpy LifecycleNode: its state services are lifecycle_msgs types",
+}
+#: On the README's install these come from pip (requirements/core.txt), never from rosdep.
+FROM_PIP_ONLY = ("python3-torch", "python3-torchvision", "python3-safetensors", "python3-transformers")
+
+
+def exec_depends() -> list[str]:
+    root = ElementTree.parse(REPOSITORY / "package.xml").getroot()
+    return [element.text.strip() for element in root.iter("exec_depend") if element.text]
+
+
+def imported_modules() -> set[str]:
+    """Top-level names imported anywhere in the package and its launch files."""
+    names: set[str] = set()
+    for path in [*(REPOSITORY / "tt_sam3_ros").rglob("*.py"), *(REPOSITORY / "launch").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_declared_run_time_dependency_is_used() -> None:
+    imported = imported_modules()
+    unused = [
+        key
+        for key in exec_depends()
+        if key not in USED_WITHOUT_AN_IMPORT and PYTHON_MODULES.get(key, key) not in imported
+    ]
+    assert unused == []
+
+
+def test_libraries_that_pip_provides_are_not_declared_to_rosdep() -> None:
+    """README: the distributions' PyTorch is older than SAM 3 needs; core.txt pins the one tested."""
+    assert [key for key in exec_depends() if key in FROM_PIP_ONLY] == []
+    core = (REPOSITORY / "requirements" / "core.txt").read_text(encoding="utf-8")
+    assert "torch==" in core and "safetensors==" in core
