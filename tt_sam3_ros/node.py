@@ -52,12 +52,14 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
-from vision_msgs.msg import Detection2DArray, LabelInfo
+from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
-from tt_sam3_ros import messages
+from tt_sam3_ros import depth_pairing, messages
+from tt_sam3_ros.depth_pairing import DepthPairing, DepthStats
 from tt_sam3_ros.diagnostics import NodeView, segmentation_status
+from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.node_parameters import (
     PARAMETERS,
     READ_AT_ACTIVATE,
@@ -124,6 +126,14 @@ class Sam3Node(LifecycleNode):
         self._mask_pub: LifecyclePublisher | None = None
         self._overlay_pub: LifecyclePublisher | None = None
         self._label_info_pub: LifecyclePublisher | None = None
+        # The depth path (``depth: true``, read at activate): its inputs, outputs and counters.
+        self._depth_enabled = False
+        self._depth_pairing = DepthPairing()
+        self._depth_stats = DepthStats()
+        self._depth_sub: Subscription | None = None
+        self._camera_info_sub: Subscription | None = None
+        self._detections_3d_pub: LifecyclePublisher | None = None
+        self._points_pub: LifecyclePublisher | None = None
         self._engine_info: dict[str, str] = {}
         self._release_lock = threading.Lock()
 
@@ -309,7 +319,14 @@ class Sam3Node(LifecycleNode):
                 if worker.is_alive():
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
                 worker.join()
-            for name in ("_detections_pub", "_mask_pub", "_overlay_pub", "_label_info_pub"):
+            for name in (
+                "_detections_pub",
+                "_mask_pub",
+                "_overlay_pub",
+                "_label_info_pub",
+                "_detections_3d_pub",
+                "_points_pub",
+            ):
                 publisher = getattr(self, name)
                 if publisher is not None:
                     self.destroy_lifecycle_publisher(publisher)
@@ -370,6 +387,10 @@ class Sam3Node(LifecycleNode):
         self._mask_pub = self.create_lifecycle_publisher(Image, "~/masks", OUTPUT_QOS)
         self._overlay_pub = self.create_lifecycle_publisher(Image, "~/overlay", OUTPUT_QOS)
         self._label_info_pub = self.create_lifecycle_publisher(LabelInfo, "~/label_info", LABEL_INFO_QOS)
+        self._detections_3d_pub = self.create_lifecycle_publisher(
+            Detection3DArray, "~/detections_3d", OUTPUT_QOS
+        )
+        self._points_pub = self.create_lifecycle_publisher(PointCloud2, "~/points", OUTPUT_QOS)
 
     def _subscribe(self) -> None:
         """Subscribe with the QoS from parameters; best effort by default, which every publisher matches."""
@@ -382,19 +403,45 @@ class Sam3Node(LifecycleNode):
         else:
             self._image_sub = self.create_subscription(Image, "image", self._on_image, qos)
         self.get_logger().info(f"subscribed to {self._image_sub.topic_name}")
+        if self.get_parameter("depth").value:
+            self._subscribe_depth(qos)
+
+    def _subscribe_depth(self, qos: QoSProfile) -> None:
+        """Depth and camera_info, with the image's QoS; their callbacks only store the message."""
+        self._depth_pairing.clear()
+        self._depth_sub = self.create_subscription(Image, "depth", self._on_depth, qos)
+        self._camera_info_sub = self.create_subscription(CameraInfo, "camera_info", self._on_camera_info, qos)
+        self._depth_enabled = True
+        self.get_logger().info(
+            f"depth on: subscribed to {self._depth_sub.topic_name} and {self._camera_info_sub.topic_name}"
+        )
 
     def _unsubscribe(self) -> None:
-        subscription, self._image_sub = self._image_sub, None
-        if subscription is not None:
-            self.destroy_subscription(subscription)
+        self._depth_enabled = False
+        for name in ("_image_sub", "_depth_sub", "_camera_info_sub"):
+            subscription = getattr(self, name)
+            setattr(self, name, None)
+            if subscription is not None:
+                self.destroy_subscription(subscription)
+        self._depth_pairing.clear()
 
     def _on_image(self, msg: Image | CompressedImage) -> None:
         """Hand the newest frame to the worker; never waits for inference."""
         self._stats.count_received()
         if not self._settings.prompts:
             return
+        if self._depth_enabled:
+            self._depth_pairing.note_colour(depth_pairing.stamp_ns(msg.header))
         if self._slot.put(Frame(msg, time.monotonic())):
             self._stats.count_dropped()
+
+    def _on_depth(self, msg: Image) -> None:
+        self._depth_stats.count_depth()
+        self._depth_pairing.add_depth(msg)
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        self._depth_stats.count_camera_info()
+        self._depth_pairing.set_camera_info(msg)
 
     def _publish_label_info(self) -> None:
         if self._label_info_pub is None:
@@ -411,6 +458,8 @@ class Sam3Node(LifecycleNode):
         """Decode, segment and publish one frame; bad input and engine faults are counted, never fatal."""
         settings = self._settings
         started = time.monotonic()
+        if self._depth_enabled:
+            self._depth_pairing.claim(depth_pairing.stamp_ns(frame.msg.header))
         try:
             rgb = self._decode(frame.msg)
             result = segmenter(
@@ -446,12 +495,51 @@ class Sam3Node(LifecycleNode):
         if detections_pub is None or mask_pub is None:
             return
         labels = result.instance_mask()
-        detections_pub.publish(messages.result_to_detections(result, header))
+        detections = messages.result_to_detections(result, header)
+        detections_pub.publish(detections)
         mask_pub.publish(messages.instance_mask_to_image(labels, header))
         if settings.publish_overlay and overlay_pub is not None and overlay_pub.get_subscription_count() > 0:
             from tt_sam3_ros.overlay import draw_overlay
 
             overlay_pub.publish(messages.rgb_to_image(draw_overlay(rgb, result, labels), header))
+        if self._depth_enabled:
+            self._publish_3d(header, result, labels, detections, settings)
+
+    def _publish_3d(
+        self,
+        header: Header,
+        result: Any,
+        labels: np.ndarray,
+        detections: Detection2DArray,
+        settings: RunSettings,
+    ) -> None:
+        """The 3D outputs of one answered frame; without usable depth it stays answered in 2D only."""
+        detections_3d_pub, points_pub = self._detections_3d_pub, self._points_pub
+        if detections_3d_pub is None or points_pub is None:
+            return
+        pairing = self._depth_pairing.take(depth_pairing.stamp_ns(header), settings.depth.max_skew_s)
+        if pairing.reason:
+            self._depth_stats.count_without_depth(pairing.reason)
+            self.get_logger().warning(
+                f"frame answered in 2D only: {pairing.reason}", throttle_duration_sec=LOG_THROTTLE_S
+            )
+            return
+        want_cloud = points_pub.get_subscription_count() > 0
+        try:
+            answer = depth_pairing.answer(
+                header, result, labels, detections, pairing, settings.depth, want_cloud
+            )
+        except InputError as error:
+            reason = f"depth refused: {error}"
+            self._depth_stats.count_rejected(reason)
+            self.get_logger().warning(
+                f"frame answered in 2D only: {reason}", throttle_duration_sec=LOG_THROTTLE_S
+            )
+            return
+        detections_3d_pub.publish(answer.detections)
+        if answer.cloud is not None:
+            points_pub.publish(answer.cloud)
+        self._depth_stats.count_3d()
 
     def _count_processed(self, header: Header, processing_ms: float) -> None:
         stamp_ns = header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
@@ -479,6 +567,8 @@ class Sam3Node(LifecycleNode):
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
         array.status.append(status)
+        if self._depth_enabled:
+            array.status.append(self._depth_stats.status(self.get_name()))
         self._diagnostics_pub.publish(array)
 
     def _diagnostic_status(self) -> DiagnosticStatus:

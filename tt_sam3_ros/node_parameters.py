@@ -8,14 +8,17 @@ one home, never written again here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.parameter import Parameter
 from rclpy.qos import ReliabilityPolicy
 
+from tt_sam3_ros.depth import DepthLimits
+from tt_sam3_ros.depth_pairing import DepthSettings
 from tt_sam3_ros.engines import ENGINE_NAMES
+from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
@@ -25,9 +28,20 @@ TRANSPORTS = ("raw", "compressed")
 RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 
 # When each parameter may change. Dynamic ones apply from the next processed frame.
-DYNAMIC = ("prompts", "threshold", "max_instances", "max_prompts", "publish_overlay")
+DYNAMIC = (
+    "prompts",
+    "threshold",
+    "max_instances",
+    "max_prompts",
+    "publish_overlay",
+    "depth_max_skew_s",
+    "depth_min_points",
+    "depth_min_m",
+    "depth_max_m",
+    "points_stride",
+)
 READ_AT_CONFIGURE = ("engine", "device", "dtype", "model_id", "revision", "weights_dir", "max_image_side")
-READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth")
+READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth", "depth")
 
 
 def _describe(text: str, **extra: Any) -> ParameterDescriptor:
@@ -125,6 +139,50 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
             integer_range=_int_range(1, 100),
         ),
     ),
+    "depth": (
+        False,
+        _describe(
+            "Subscribe to 'depth' (16UC1 mm or 32FC1 m, registered to the colour image) and "
+            "'camera_info' and publish ~/detections_3d and ~/points. Read at activate."
+        ),
+    ),
+    "depth_max_skew_s": (
+        0.02,
+        _describe(
+            "Most seconds between a colour frame's stamp and its depth frame's; further apart, "
+            "the frame is answered in 2D only.",
+            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=1.0, step=0.0)],
+        ),
+    ),
+    "depth_min_points": (
+        20,
+        _describe(
+            "Fewest valid depth points an instance needs for a Detection3D.",
+            integer_range=_int_range(1, 1_000_000),
+        ),
+    ),
+    "depth_min_m": (
+        0.1,
+        _describe(
+            "Nearest valid depth in metres (0 itself always means 'no reading').",
+            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=100.0, step=0.0)],
+        ),
+    ),
+    "depth_max_m": (
+        10.0,
+        _describe(
+            "Farthest valid depth in metres; above depth_min_m.",
+            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=1000.0, step=0.0)],
+        ),
+    ),
+    "points_stride": (
+        4,
+        _describe(
+            "~/points holds every points_stride-th pixel of every row and column that has an instance "
+            "and valid depth.",
+            integer_range=_int_range(1, 64),
+        ),
+    ),
     "autostart": (
         True,
         _describe("Configure and activate at start; false waits for lifecycle transitions.", read_only=True),
@@ -140,6 +198,7 @@ class RunSettings:
     threshold: float = DEFAULT_THRESHOLD
     max_instances: int = DEFAULT_MAX_INSTANCES
     publish_overlay: bool = True
+    depth: DepthSettings = field(default_factory=DepthSettings)
 
 
 def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> str:
@@ -160,7 +219,20 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
     ):
         if values[name] not in choices:
             return f"{name} must be one of {', '.join(choices)}; got '{values[name]}'"
+    try:
+        _depth_limits(values)
+    except InputError as error:
+        return str(error)
     return ""
+
+
+def _depth_limits(values: dict[str, Any]) -> DepthLimits:
+    """The depth validity limits from parameter values (raises InputError with the reason)."""
+    return DepthLimits(
+        min_m=float(values["depth_min_m"]),
+        max_m=float(values["depth_max_m"]),
+        min_points=int(values["depth_min_points"]),
+    )
 
 
 def settings_from(values: dict[str, Any]) -> RunSettings:
@@ -171,4 +243,9 @@ def settings_from(values: dict[str, Any]) -> RunSettings:
         threshold=float(values["threshold"]),
         max_instances=int(values["max_instances"]),
         publish_overlay=bool(values["publish_overlay"]),
+        depth=DepthSettings(
+            limits=_depth_limits(values),
+            max_skew_s=float(values["depth_max_skew_s"]),
+            points_stride=int(values["points_stride"]),
+        ),
     )

@@ -119,3 +119,22 @@ def expected_statistics(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(centre, size) by the README's definition, computed on the true points with numpy."""
     low, median, high = np.percentile(points, (5.0, 50.0, 95.0), axis=0)
     return median, high - low
+
+
+#: The integration test's camera: 320x240, a pixel about 4 mm wide on the plane.
+SMALL_WIDTH, SMALL_HEIGHT = 320, 240
+SMALL_K = np.array([[300.0, 0.0, 159.5], [0.0, 300.0, 119.5], [0.0, 0.0, 1.0]])
+#: A plane seen across the whole small frame: normal . P = PLANE_DISTANCE (metres).
+PLANE_NORMAL = np.array([0.15, -0.1, 1.0])
+PLANE_DISTANCE = 1.2
+
+
+def plane_z(k: np.ndarray = SMALL_K, size: tuple[int, int] = (SMALL_HEIGHT, SMALL_WIDTH)) -> np.ndarray:
+    """float64 (height, width): the depth of the tilted plane at every pixel (about 1.1-1.3 m)."""
+    return PLANE_DISTANCE / (rays(k, size) @ PLANE_NORMAL)
+
+
+def plane_points(mask: np.ndarray, k: np.ndarray = SMALL_K) -> np.ndarray:
+    """float64 (n, 3): the plane's true points at the pixels of ``mask``, raster order."""
+    ray = rays(k, mask.shape)
+    return ray[mask] * plane_z(k, mask.shape)[mask][:, None]

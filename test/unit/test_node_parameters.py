@@ -10,7 +10,13 @@ import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.parameter import Parameter
 
-from tt_sam3_ros.node_parameters import PARAMETERS, READ_AT_ACTIVATE, READ_AT_CONFIGURE, invalid_values
+from tt_sam3_ros.node_parameters import (
+    PARAMETERS,
+    READ_AT_ACTIVATE,
+    READ_AT_CONFIGURE,
+    invalid_values,
+    settings_from,
+)
 from tt_sam3_ros.worker import Frame, FrameSlot
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "sam3.yaml"
@@ -56,6 +62,8 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"engine": "gpu"}, "engine must be one of auto, torch, ttnn"),
         ({"transport": "theora"}, "transport must be one of raw, compressed"),
         ({"qos_reliability": "RELIABLE"}, "qos_reliability must be one of best_effort, reliable"),
+        ({"depth_min_m": 2.0, "depth_max_m": 1.0}, "depth_max_m must be finite and above depth_min_m"),
+        ({"depth_max_m": 0.0}, "depth_max_m must be finite and above depth_min_m (0.1)"),
     ],
 )
 def test_parameter_combinations_are_checked_together(changes: dict[str, object], reason: str) -> None:
@@ -84,3 +92,18 @@ def test_frame_slot_wakes_a_waiting_worker_and_closes() -> None:
     worker.join(timeout=5.0)
     assert not worker.is_alive()
     assert taken[-1] is None and taken.count(frame) <= 1
+
+
+def test_depth_parameters_reach_the_worker_settings() -> None:
+    values = {
+        **_defaults(),
+        "depth_min_m": 0.3,
+        "depth_max_m": 4.0,
+        "depth_min_points": 7,
+        "depth_max_skew_s": 0.05,
+        "points_stride": 2,
+    }
+    settings = settings_from(values).depth
+    assert (settings.limits.min_m, settings.limits.max_m, settings.limits.min_points) == (0.3, 4.0, 7)
+    assert (settings.max_skew_s, settings.points_stride) == (0.05, 2)
+    assert "depth" in READ_AT_ACTIVATE and PARAMETERS["depth"][0] is False  # off by default

@@ -1,0 +1,184 @@
+"""Pairing depth with colour by stamp, the depth status, and the 3D answer of one frame (no ROS graph)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sensor_msgs.msg")
+pytest.importorskip("vision_msgs.msg")
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import Header
+
+from tt_sam3_ros import depth_pairing, messages, messages_3d
+from tt_sam3_ros.depth_pairing import DepthPairing, DepthSettings, DepthStats
+from tt_sam3_ros.errors import InputError
+from tt_sam3_ros.results import Instance, SegmentationResult
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
+
+import depth_scene as scene  # noqa: E402
+
+FRAME = "camera_color_optical_frame"
+MS = 1_000_000
+
+
+def stamped(msg, stamp_ns: int, frame_id: str = FRAME):
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+    msg.header.frame_id = frame_id
+    return msg
+
+
+def depth_msg(stamp_ns: int, pixels: np.ndarray | None = None, frame_id: str = FRAME) -> Image:
+    pixels = np.full((4, 4), 1000, np.uint16) if pixels is None else pixels
+    msg = Image(height=pixels.shape[0], width=pixels.shape[1], step=pixels.shape[1] * pixels.itemsize)
+    msg.encoding = "16UC1" if pixels.dtype == np.uint16 else "32FC1"
+    msg.data = pixels.astype(pixels.dtype.newbyteorder("<")).tobytes()
+    return stamped(msg, stamp_ns, frame_id)
+
+
+def info_msg(k: np.ndarray = scene.K, size: tuple[int, int] = (scene.HEIGHT, scene.WIDTH)) -> CameraInfo:
+    msg = CameraInfo(height=size[0], width=size[1])
+    msg.k = [float(v) for v in k.ravel()]
+    return stamped(msg, 0)
+
+
+def test_pairs_the_nearest_depth_frame_within_the_skew() -> None:
+    pairing = DepthPairing()
+    pairing.set_camera_info(info_msg())
+    for offset_ms in (-40, -8, 25):
+        pairing.add_depth(depth_msg(1000 * MS + offset_ms * MS))
+    found = pairing.take(1000 * MS, max_skew_s=0.02)
+    assert found.reason == "" and depth_pairing.stamp_ns(found.depth.header) == 992 * MS
+    too_far = pairing.take(1000 * MS, max_skew_s=0.005)
+    assert too_far.depth is None and "8.0 ms from the colour frame" in too_far.reason
+
+
+def test_depth_arriving_after_the_colour_frame_is_paired() -> None:
+    """The pending colour frame keeps the nearest depth even once it has left the short history."""
+    pairing = DepthPairing(history=2)
+    pairing.set_camera_info(info_msg())
+    pairing.note_colour(1000 * MS)
+    pairing.claim(1000 * MS)  # the worker was idle and took the frame at once
+    pairing.add_depth(depth_msg(1000 * MS + 3 * MS))  # the matching depth, a little late
+    for later_ms in (40, 80, 120):  # then the history moves on while the worker is busy
+        pairing.add_depth(depth_msg(1000 * MS + later_ms * MS))
+    found = pairing.take(1000 * MS, max_skew_s=0.02)
+    assert found.reason == "" and depth_pairing.stamp_ns(found.depth.header) == 1003 * MS
+
+
+def test_a_claimed_frame_keeps_its_depth_while_newer_colour_frames_arrive() -> None:
+    """The worker segments frame A for seconds; B, C, D... replace each other in the slot meanwhile."""
+    pairing = DepthPairing(history=2)
+    pairing.set_camera_info(info_msg())
+    pairing.add_depth(depth_msg(1000 * MS))
+    pairing.note_colour(1000 * MS)
+    pairing.claim(1000 * MS)
+    for later in range(1, 20):
+        pairing.add_depth(depth_msg((1000 + 250 * later) * MS))
+        pairing.note_colour((1000 + 250 * later) * MS)
+    found = pairing.take(1000 * MS, max_skew_s=0.01)
+    assert found.reason == "" and depth_pairing.stamp_ns(found.depth.header) == 1000 * MS
+
+
+def test_without_depth_or_camera_info_says_why() -> None:
+    pairing = DepthPairing()
+    assert pairing.take(5 * MS, 0.02).reason == "no depth frame received yet"
+    pairing.add_depth(depth_msg(5 * MS))
+    assert pairing.take(5 * MS, 0.02).reason == "no camera_info received yet"
+    pairing.clear()
+    assert pairing.take(5 * MS, 0.02).reason == "no depth frame received yet"
+
+
+def one_instance_frame(pixels_fn) -> tuple[Header, SegmentationResult, np.ndarray]:
+    """A result with one instance over a facing rectangle at 1 m, and its published labels."""
+    frame = scene.render([[scene.facing_rectangle((0.0, 0.0, 1.0), 0.2, 0.1)]])
+    rows, cols = np.nonzero(frame.labels)
+    crop = frame.labels[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1] == 1
+    instance = Instance(
+        "box", 0, 0.8, (0.0, 0.0, 1.0, 1.0), crop, (int(rows.min()), int(cols.min())), frame.labels.shape
+    )
+    result = SegmentationResult(frame.labels.shape, ["box"], [instance], {"box": 0.9})
+    header = Header(frame_id=FRAME)
+    header.stamp.sec, header.stamp.nanosec = 0, 77 * MS
+    return header, result, pixels_fn(frame)
+
+
+def test_answer_measures_the_instance_and_labels_the_cloud() -> None:
+    header, result, pixels = one_instance_frame(lambda f: f.depth_16uc1())
+    labels = result.instance_mask()
+    detections = messages.result_to_detections(result, header)
+    pairing = depth_pairing.Pairing(depth_msg(77 * MS, pixels), info_msg())
+    answer = depth_pairing.answer(
+        header, result, labels, detections, pairing, DepthSettings(), want_cloud=True
+    )
+    (detection,) = answer.detections.detections
+    assert answer.detections.header == header and detection.id == "1"
+    position = detection.bbox.center.position
+    np.testing.assert_allclose((position.x, position.y, position.z), (0.0, 0.0, 1.0), atol=0.005)
+    points = messages_3d.cloud_from_message(answer.cloud)
+    assert answer.cloud.header == header
+    assert len(points) == np.count_nonzero(labels[::4, ::4]) and set(points["instance"]) == {1}
+    no_cloud = depth_pairing.answer(
+        header, result, labels, detections, pairing, DepthSettings(), want_cloud=False
+    )
+    assert no_cloud.cloud is None
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda d, i: setattr(d, "encoding", "mono16"), "unsupported depth encoding"),
+        (lambda d, i: setattr(d, "data", bytes(d.data)[:100]), "truncated depth image"),
+        (lambda d, i: setattr(d.header, "frame_id", "camera_depth_optical_frame"), "depth frame_id"),
+        (lambda d, i: setattr(i, "k", [0.0] * 9), "focal lengths"),
+        (lambda d, i: setattr(i, "width", 320), "camera_info is 320x480"),
+    ],
+)
+def test_bad_depth_inputs_are_refused_with_the_reason(change, reason) -> None:
+    header, result, pixels = one_instance_frame(lambda f: f.depth_32fc1())
+    depth_image, camera_info = depth_msg(77 * MS, pixels), info_msg()
+    change(depth_image, camera_info)
+    detections = messages.result_to_detections(result, header)
+    pairing = depth_pairing.Pairing(depth_image, camera_info)
+    with pytest.raises(InputError, match=reason):
+        depth_pairing.answer(
+            header, result, result.instance_mask(), detections, pairing, DepthSettings(), True
+        )
+
+
+def test_all_invalid_depth_gives_an_empty_answer() -> None:
+    """NaN everywhere: an empty Detection3DArray and an empty cloud, not an error."""
+    header, result, pixels = one_instance_frame(lambda f: np.full(f.labels.shape, np.nan, np.float32))
+    detections = messages.result_to_detections(result, header)
+    pairing = depth_pairing.Pairing(depth_msg(77 * MS, pixels), info_msg())
+    answer = depth_pairing.answer(
+        header, result, result.instance_mask(), detections, pairing, DepthSettings(), True
+    )
+    assert answer.detections.detections == [] and answer.cloud.width == 0
+
+
+def test_depth_status_counts_and_warns() -> None:
+    stats = DepthStats()
+    assert stats.status("sam3").level == DiagnosticStatus.OK
+    stats.count_depth()
+    stats.count_camera_info()
+    stats.count_3d()
+    stats.count_without_depth("nearest depth frame is 50.0 ms from the colour frame")
+    status = stats.status("sam3")
+    values = {kv.key: kv.value for kv in status.values}
+    assert status.name == "sam3: depth" and status.level == DiagnosticStatus.WARN
+    assert values["frames_3d"] == "1" and values["frames_without_depth"] == "1"
+    assert values["depth_received"] == "1" and values["camera_info_received"] == "1"
+    stats.count_rejected("depth refused: unsupported depth encoding 'mono16'")
+    values = {kv.key: kv.value for kv in stats.status("sam3").values}
+    assert values["depth_rejected"] == "1" and "mono16" in values["last_error"]
+    stats.count_3d()
+    assert stats.status("sam3").level == DiagnosticStatus.OK
