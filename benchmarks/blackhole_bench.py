@@ -1,10 +1,11 @@
 """Blackhole section: the image path on a mock p150a (real ttnn 0.81.1, no card) and its cost model.
 
-Two tables from one forward of the engine's image path, run by tools/ttnn_mock/image_path.py in
-.venv-ttnn with NO_DISPATCH graph capture, one capture per stage:
+Tables from one forward of the engine's image path, run by tools/ttnn_mock/image_path.py in
+.venv-ttnn with NO_DISPATCH graph capture, one capture per stage (and once more, one per op):
 - per-core peak L1 of each stage as the real library sizes it (L1 buffers, circular buffers,
   dataflow buffers, their peak total), beside the 1,428,352 B L1 bank; buffers made before a
-  stage (weights, the stage's input) are not counted in it;
+  stage (weights, the stage's input) are not counted in it; then the ops whose own peak comes
+  nearest the bank;
 - the roofline cost model of the same forward (benchmarks/trace_cost.py): FLOPs, DRAM bytes
   and time at p150a peaks per stage and for the frame, beside the ViT's physical floor and
   the 40 ms goal, and the ops that take the most modelled time.
@@ -33,10 +34,11 @@ MAX_L1_BYTES = 1_572_864
 GRIDS = {"harvested (11x10, like a p150a)": 3, "unharvested (13x10)": 0}
 
 
-def _mock_run(manifest_path: Path, harvest: int, out: Path) -> dict[str, Any]:
-    report.progress(f"mock p150a, harvest mask {harvest}: NO_DISPATCH forward")
+def _mock_run(manifest_path: Path, harvest: int, out: Path, per_op: bool = False) -> dict[str, Any]:
+    unit = "op" if per_op else "stage"
+    report.progress(f"mock p150a, harvest mask {harvest}: NO_DISPATCH forward, one capture per {unit}")
     command = [str(TTNN_PYTHON), str(RUNNER), str(manifest_path), "--harvest", str(harvest)]
-    command += ["--mode", "no_dispatch", "--json", str(out)]
+    command += ["--mode", "no_dispatch", "--json", str(out), *(["--per-op"] if per_op else [])]
     done = subprocess.run(
         command,
         cwd=REPO,
@@ -97,8 +99,46 @@ def print_peaks(grid_name: str, result: dict[str, Any]) -> None:
     )
     print(
         f"L1 bank {L1_BANK_BYTES:,} B per core (the allocator's limit for buffers), {MAX_L1_BYTES:,} B "
-        "L1 in all (the circular-buffer limit); the total is the worst moment of one op, every kind "
-        "together; weights and each stage's input live in DRAM and are not counted."
+        "L1 in all (the circular-buffer limit); the total is the stage's worst moment, every kind "
+        "together (buffers of its earlier ops still alive included); weights and each stage's input "
+        "live in DRAM and are not counted."
+    )
+
+
+def print_largest_ops(result: dict[str, Any], top: int = 6) -> None:
+    """The ops whose own per-core peak comes nearest the L1 bank (one capture per op)."""
+    x, y = result["grid"]
+    seen: dict[tuple, dict[str, Any]] = {}
+    for entry in result["stages"]:
+        label = trace_cost.stage_label(entry["stage"], entry["windowed"])
+        shapes = " x ".join("x".join(str(d) for d in shape) for shape in entry["inputs"])
+        key = (label, f"{entry['op']}({shapes})")
+        if key not in seen or entry["peak_total"] > seen[key]["peak_total"]:
+            seen[key] = {**entry, "label": label, "signature": key[1]}
+    largest = sorted(seen.values(), key=lambda e: e["peak_total"], reverse=True)[:top]
+    report.title(f"ops nearest the L1 bank, one NO_DISPATCH capture per op, {x}x{y} grid")
+    report.table(
+        [
+            "stage",
+            "op (input shapes)",
+            "L1 buffers KiB",
+            "CBs KiB",
+            "dataflow bufs KiB",
+            "total KiB",
+            "of L1 bank",
+        ],
+        [
+            [
+                e["label"],
+                e["signature"],
+                _kib(e["peak_l1"]),
+                _kib(e["peak_cb"]),
+                _kib(e["peak_dataflow_buffer"]),
+                _kib(e["peak_total"]),
+                f"{e['peak_total'] / L1_BANK_BYTES:.0%}",
+            ]
+            for e in largest
+        ],
     )
 
 
@@ -195,6 +235,10 @@ def main(quick: bool) -> None:
         results = {
             name: _mock_run(manifest_path, mask, folder / f"{mask}.json") for name, mask in grids.items()
         }
+        per_op: dict[str, Any] = {}
+        if "unavailable" not in next(iter(results.values())):
+            first_mask = next(iter(grids.values()))
+            per_op = _mock_run(manifest_path, first_mask, folder / "per-op.json", per_op=True)
     first = next(iter(results.values()))
     if "unavailable" in first:
         print(f"not run: {first['unavailable']}")
@@ -202,8 +246,9 @@ def main(quick: bool) -> None:
     print(
         f"settings: real ttnn {first['ttnn_version']} (.venv-ttnn) on a mock p150a, "
         f"{first['dispatch']} dispatch, the engine's device settings; weights as the engine uploads "
-        "them (zeros: nothing computes); one forward with NO_DISPATCH graph capture per stage"
+        "them (zeros: nothing computes); one forward per table, NO_DISPATCH graph capture per stage or op"
     )
     for name, result in results.items():
         print_peaks(name, result)
+    print_largest_ops(per_op)
     print_cost_model(first)

@@ -17,8 +17,9 @@ trace's input buffer: the ops a trace would hold are checked, the trace itself i
 Modes:
     normal       (default) real allocator: out-of-memory and circular-buffer clashes raise.
     no_dispatch  one NO_DISPATCH graph capture per stage (patch embedding, each ViT block, the
-                 neck): validation runs, allocations are faked, and each stage's per-core peak
-                 L1 / circular-buffer use is reported (buffers made before a stage are not counted).
+                 neck), or per op with --per-op: validation runs, allocations are faked, and each
+                 capture's per-core peak L1 / circular-buffer use is reported (buffers made
+                 before the capture are not counted).
 
 Usage: .venv-ttnn/bin/python tools/ttnn_mock/image_path.py MANIFEST.json --harvest 3 --json OUT.json
 Exit 0 when every phase passed; 1 (with the failing phase, op and error in the JSON) otherwise.
@@ -82,9 +83,10 @@ def host_weights(manifest: dict[str, Any], weights_module: Any) -> dict[str, Any
 class MockSession:
     """The ttnn module as the engine sees it on the mock: recorded, with the stand-ins above."""
 
-    def __init__(self, ttnn: Any, mode: str, real_trace: bool) -> None:
+    def __init__(self, ttnn: Any, mode: str, real_trace: bool, per_op: bool = False) -> None:
         self.ttnn = ttnn
         self.mode = mode
+        self.per_op = per_op
         self.stages: list[dict[str, Any]] = []
         self._stage_key: tuple | None = None
         self._stage_ops = 0
@@ -121,8 +123,8 @@ class MockSession:
             self.ttnn.deallocate(tensor)
 
     # NO_DISPATCH: one graph capture per stage -------------------------------------------------
-    def before_op(self, stage: str, block: int | None) -> None:
-        key = (stage, block)
+    def before_op(self, name: str, stage: str, block: int | None) -> None:
+        key = (stage, block, len(self.module.log)) if self.per_op else (stage, block)
         if key != self._stage_key:
             self.end_stage()
             self._stage_key = key
@@ -134,10 +136,16 @@ class MockSession:
             return
         graph = self.ttnn._ttnn.graph.end_graph_capture()
         usage = self.ttnn._ttnn.graph.extract_resource_usage_per_core(graph)
-        stage, block = self._stage_key
+        stage, block = self._stage_key[:2]
         windowed = next((r.windowed for r in reversed(self.module.log) if r.block == block), None)
+        if self.per_op and self.module.log:
+            last = self.module.log[-1]
+            op = {"op": last.op, "inputs": [t.shape for t in last.inputs[:2]]}
+        else:
+            op = {}
         self.stages.append(
             {
+                **op,
                 "stage": stage,
                 "block": block,
                 "windowed": windowed if stage == "vit_block" else None,
@@ -152,9 +160,7 @@ class MockSession:
         self._stage_key, self._stage_ops = None, 0
 
 
-def run(
-    manifest: dict[str, Any], mode: str, real_trace: bool, dispatch_asked: str | None, report: dict[str, Any]
-) -> None:
+def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, Any]) -> None:
     """Every phase of the image path on the mock; fills `report` as it goes (phase by phase)."""
     import numpy as np
     import ttnn
@@ -164,7 +170,8 @@ def run(
         from tt_sam3_ros.engines.ttnn_model import config as config_module
         from tt_sam3_ros.engines.ttnn_model import weights as weights_module
 
-    session = MockSession(ttnn, mode, real_trace)
+    mode, dispatch_asked = args.mode, args.dispatch
+    session = MockSession(ttnn, mode, args.real_trace, per_op=args.per_op)
     module = session.module
     report["_pending"] = lambda: module.pending
     config = config_module.ImagePathConfig(
@@ -237,7 +244,8 @@ def run(
             ttnn_engine.TtnnEngine._capture(engine, host_input)
             trace = engine._trace
             session.replay = lambda: trace.forward(trace.input)
-            done(started, ops=len(module.log) - ops_before, traced="real" if real_trace else "eager stand-in")
+            traced = "real" if args.real_trace else "eager stand-in"
+            done(started, ops=len(module.log) - ops_before, traced=traced)
             started = phase("replay")
             ops_before = len(module.log)
             outputs = trace.run(host_input)
@@ -262,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("normal", "no_dispatch"), default="normal")
     parser.add_argument("--real-trace", action="store_true", help="really capture (segfaults on 0.81.1)")
     parser.add_argument("--dispatch", help="passed to open_blackhole (default: the engine's default)")
+    parser.add_argument(
+        "--per-op", action="store_true", help="no_dispatch: one capture per op, not per stage"
+    )
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args(argv)
     args.json = args.json.resolve()
@@ -280,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 return list(pending()) if pending is not None and pending() else None
 
             try:
-                run(manifest, args.mode, args.real_trace, args.dispatch, report)
+                run(manifest, args, report)
                 report["ok"] = True
             except Exception as error:
                 report["error"] = f"{type(error).__name__}: {error}"[:4000]

@@ -185,15 +185,15 @@ class Recorder:
         ttnn: the module to wrap (real or emulated).
         overrides: name -> function used instead of the module's (the mock runner's stand-ins
             for calls the mock cannot make); overridden calls are not logged as ops.
-        before_op: called with (stage, block) before each op runs (the mock runner starts a new
-            graph capture at each stage boundary there).
+        before_op: called with (op name, stage, block) before each op runs (the mock runner
+            starts a new graph capture at each stage or op boundary there).
     """
 
     def __init__(
         self,
         ttnn: Any,
         overrides: dict[str, Callable[..., Any]] | None = None,
-        before_op: Callable[[str, int | None], None] | None = None,
+        before_op: Callable[[str, str, int | None], None] | None = None,
         _log: list[OpRecord] | None = None,
         _tracker: StageTracker | None = None,
         _prefix: str = "",
@@ -227,7 +227,7 @@ class Recorder:
         def call(*args: Any, **kwargs: Any) -> Any:
             stage, block, windowed = self._tracker.stage()
             if self._before_op is not None:
-                self._before_op(stage, block)
+                self._before_op(name, stage, block)
             inputs = [tensor_info(t) for t in _tensors(list(args) + list(kwargs.values()))]
             fidelity, options = _options(args, kwargs)
             self._tracker.pending = (name, stage, block)

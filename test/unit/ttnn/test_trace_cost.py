@@ -39,15 +39,16 @@ def recorded_forward(tiny_model, tokenizer):
     recorder = oplog.Recorder(ttnn_emulator)
     try:
         with TtnnEngine(tiny_model, tokenizer, ttnn_module=recorder, use_trace=False) as engine:
-            before = len(recorder.log)
+            before, executed_before = len(recorder.log), len(engine.device.ops)
             engine.encode_vision(np.zeros((1, 3, 1008, 1008), np.float32))
-            return [record.to_json() for record in recorder.log[before:]], engine.config
+            executed = [op.name for op in engine.device.ops[executed_before:]]
+            return [record.to_json() for record in recorder.log[before:]], engine.config, executed
     finally:
         ttnn_emulator.reset()
 
 
 def test_op_count_per_vit_block_is_pinned(recorded_forward):
-    ops, config = recorded_forward
+    ops, config, _ = recorded_forward
     per_block = Counter(op["block"] for op in ops if op["stage"] == "vit_block")
     assert sorted(per_block) == list(range(config.layers))
     windowed = {per_block[i] for i in range(config.layers) if not config.is_global(i)}
@@ -58,15 +59,21 @@ def test_op_count_per_vit_block_is_pinned(recorded_forward):
 
 
 def test_op_count_outside_the_blocks_is_pinned(recorded_forward):
-    ops, _ = recorded_forward
+    ops, _, _ = recorded_forward
     stages = Counter(op["stage"] for op in ops)
     assert stages["patch_embed"] == OPS_PATCH_EMBED
     assert stages["neck"] == OPS_NECK
     assert stages["other"] == 0, [op["op"] for op in ops if op["stage"] == "other"]
 
 
+def test_recorder_logs_every_op_the_emulator_executes(recorded_forward):
+    """The cost model prices exactly the ops the emulator ran, in their order."""
+    ops, _, executed = recorded_forward
+    assert [op["op"].rsplit(".", 1)[-1] for op in ops] == executed
+
+
 def test_recorder_logs_what_the_model_prices(recorded_forward):
-    ops, config = recorded_forward
+    ops, config, _ = recorded_forward
     qkv = next(op for op in ops if op["op"] == "linear" and op["stage"] == "vit_block")
     assert qkv["fidelity"] == "HIFI2"
     assert qkv["inputs"][0]["shape"] == [1, config.tokens, config.hidden]
