@@ -18,8 +18,8 @@ camera's pinhole matrix K. Conventions:
 
 Large instances are measured on an even sample of their pixels (``sample_step``: about
 ``STATS_POINT_BUDGET`` of them) so that every instance costs about the same whatever its size:
-exact percentiles over the ~1M instance pixels of a 1080p frame cost ~40x more (benchmarks,
-host section). A sample that size puts each statistic within a few percentile ranks of the
+exact percentiles over all the instance pixels of a 1080p frame cost about 10x more
+(benchmarks, host section). A sample that size puts each statistic within a few percentile ranks of the
 exact one: millimetres for compact objects (the unit tests hold 5 mm / 1 cm on one filling most
 of a frame), about 1% of the extent for a ragged mask spanning the whole image.
 """
