@@ -39,31 +39,34 @@ META_NORM_EPS = 1e-5
 #: The activation of Meta's ViT MLP and text MLP (nn.GELU, exact).
 META_ACTIVATION = "gelu"
 
-#: (sub-config path, field, Meta's value).
-_META_VALUES: tuple[tuple[str, str, object], ...] = (
-    ("vision_config.backbone_config", "layer_norm_eps", META_NORM_EPS),
-    ("vision_config.backbone_config", "hidden_act", META_ACTIVATION),
-    ("text_config", "layer_norm_eps", META_NORM_EPS),
-    ("text_config", "hidden_act", META_ACTIVATION),
-    ("geometry_encoder_config", "layer_norm_eps", META_NORM_EPS),
-    ("detr_encoder_config", "layer_norm_eps", META_NORM_EPS),
-    ("detr_decoder_config", "layer_norm_eps", META_NORM_EPS),
-    ("mask_decoder_config", "layer_norm_eps", META_NORM_EPS),
+#: (sub-config path, field, Meta's value, whether transformers' modules read the field).
+_META_VALUES: tuple[tuple[str, str, object, bool], ...] = (
+    ("vision_config.backbone_config", "layer_norm_eps", META_NORM_EPS, True),
+    ("vision_config.backbone_config", "hidden_act", META_ACTIVATION, True),
+    ("text_config", "layer_norm_eps", META_NORM_EPS, True),
+    ("text_config", "hidden_act", META_ACTIVATION, True),
+    ("geometry_encoder_config", "layer_norm_eps", META_NORM_EPS, False),
+    ("detr_encoder_config", "layer_norm_eps", META_NORM_EPS, False),
+    ("detr_decoder_config", "layer_norm_eps", META_NORM_EPS, False),
+    ("mask_decoder_config", "layer_norm_eps", META_NORM_EPS, False),
 )
 
 
 def apply_meta_constants(config: Sam3Config) -> list[str]:
     """Set Meta's values on ``config`` in place (build the model after); returns what changed.
 
-    Each entry reads "path.field old -> new", for the caller to log once per load.
+    Each entry reads "path.field old -> new", for the caller to log once per load. Fields that
+    transformers' modules ignore are set too, so the config tells the truth, but not reported:
+    changing them changes nothing the model computes.
     """
     changes = []
-    for path, field, value in _META_VALUES:
+    for path, field, value, read in _META_VALUES:
         holder = config
         for part in path.split("."):
             holder = getattr(holder, part)
         old = getattr(holder, field)
         if old != value:
             setattr(holder, field, value)
-            changes.append(f"{path}.{field} {old!r} -> {value!r}")
+            if read:
+                changes.append(f"{path}.{field} {old!r} -> {value!r}")
     return changes
