@@ -96,10 +96,13 @@ def elf_comment(path: Path) -> str:
     return ""
 
 
-def check_wheel(root: Path | None = None) -> Path:
-    """The wheel's folder when it is the one this stand-in was written for; else MockUnavailableError."""
+def check_wheel(root: Path | None = None, version: str | None = None) -> Path:
+    """The wheel's folder when it is the one this stand-in was written for; else MockUnavailableError.
+
+    `root` and `version` default to the installed ttnn's folder and version.
+    """
     root = root or wheel_dir()
-    version = importlib.metadata.version("ttnn")
+    version = version or importlib.metadata.version("ttnn")
     if version != TTNN_VERSION:
         raise MockUnavailableError(
             f"ttnn {version} installed; the mock toolchain is written for {TTNN_VERSION}"
@@ -132,9 +135,12 @@ def cluster_descriptor(harvest_mask: int) -> str:
     return text
 
 
-def build(scratch: Path, harvest_mask: int) -> dict[str, str]:
-    """Lay out the mock in `scratch`; returns the environment variables that select it."""
-    wheel = check_wheel()
+def build(scratch: Path, harvest_mask: int, wheel: Path | None = None) -> dict[str, str]:
+    """Lay out the mock in `scratch`; returns the environment variables that select it.
+
+    `wheel`: the ttnn package folder to link (default: the installed one, checked first).
+    """
+    wheel = wheel or check_wheel()
     root = scratch / "runtime-root"
     (root / "runtime").mkdir(parents=True, exist_ok=True)
     for entry in wheel.iterdir():
