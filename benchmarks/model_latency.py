@@ -8,8 +8,8 @@ no ROS, no network, no install step, so it runs on a bare GPU image from the rep
 
 Parts, in order, each printed as soon as it is done (a run cut short keeps what it printed):
 
-1. correctness: the tiny model on the device (its default dtype, bf16 on CUDA) against the
-   same seeded model on the CPU in fp32: mask pixel agreement over every query, max score
+1. correctness: the tiny model on the device in bf16 (the engine's CUDA default) against
+   the same seeded model on the CPU in fp32: mask pixel agreement over every query, max score
    difference (score = sigmoid(logit) * sigmoid(presence)), max logit difference;
 2. our engine, eager: image encoder, text encoder, prompt path and frame-to-result for 1, 4
    and 16 prompts, and the device's memory peak;
@@ -57,7 +57,7 @@ LATENCY_PROMPTS = [
     "the red car on the left",
 ]
 #: Bounds of the correctness part (bf16 against fp32 on the tiny model); outside them the
-#: check fails. Our CPU bf16 run agrees to well within them (see the README).
+#: check fails. bf16 on this project's CPU was at 99.53 % and 2.9e-05 (torch 2.14.1).
 MIN_MASK_AGREEMENT = 0.98
 MAX_SCORE_DIFFERENCE = 0.05
 
@@ -72,12 +72,25 @@ class Settings:
     warmup: int
     reference_repeats: int
     reference_warmup: int
+    reference_counts: tuple[int, ...] = PROMPT_COUNTS
 
     @classmethod
     def for_run(cls, device: torch.device, quick: bool) -> Settings:
-        """Full: median of 20 after 3 warm-up calls; quick: just enough to run every line."""
+        """Full: median of 20 after 3 warm-up calls; quick: just enough to run every line.
+
+        The quick run leaves out the documented usage at 16 prompts (16 more full calls on
+        a CPU, the same code as at 4).
+        """
         if quick:
-            return cls(device, quick, repeats=1, warmup=0, reference_repeats=1, reference_warmup=0)
+            return cls(
+                device,
+                quick,
+                repeats=1,
+                warmup=0,
+                reference_repeats=1,
+                reference_warmup=0,
+                reference_counts=(1, 4),
+            )
         return cls(device, quick, repeats=20, warmup=3, reference_repeats=20, reference_warmup=2)
 
 
@@ -223,7 +236,7 @@ def compare(ours: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nda
 
 
 def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
-    """The tiny model on the device in its default dtype vs the CPU in fp32, same weights."""
+    """The tiny model on the device in bf16 (the CUDA default) vs the CPU in fp32, same weights."""
     from tt_sam3_ros import preprocess
     from tt_sam3_ros.engines.torch_engine import TorchEngine
     from tt_sam3_ros.tiny_model import build_tiny_sam3
@@ -232,7 +245,7 @@ def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
     pixels = preprocess.to_model_input(scenes.picture(480, 640))
     prompts = scenes.PROMPTS
     outputs = {}
-    for name, device, dtype in (("cpu fp32", "cpu", "float32"), ("device", str(settings.device), None)):
+    for name, device, dtype in (("cpu fp32", "cpu", "float32"), ("device", str(settings.device), "bfloat16")):
         engine = TorchEngine(build_tiny_sam3(seed=0), tokenizer, device=device, dtype=dtype)
         decoded = engine.decode(engine.encode_image(pixels), engine.encode_prompts(prompts))
         outputs[name] = (engine.describe(), everything(engine, decoded))
@@ -240,7 +253,7 @@ def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
     described = outputs["device"][0]
     agreement, score_diff = compare(outputs["device"][1], outputs["cpu fp32"][1])
     passed = agreement >= MIN_MASK_AGREEMENT and score_diff <= MAX_SCORE_DIFFERENCE
-    report.title("model correctness: tiny SAM 3 on the device vs the CPU in fp32")
+    report.title("model correctness: tiny SAM 3 on the device in bf16 vs the CPU in fp32")
     report.table(
         ["device", "dtype", "prompts", "mask pixel agreement", "max score diff", "within bounds"],
         [
@@ -260,6 +273,25 @@ def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
     )
     if not passed:
         outcome.failures.append("correctness: device outputs outside the bounds")
+    print(graph_breaks(build_tiny_sam3(seed=0), pixels))
+
+
+def graph_breaks(model: Any, pixels: np.ndarray) -> str:
+    """How torch.compile sees the image encoder: one graph lets CUDA graphs replay all of it.
+
+    Traced on the CPU with the tiny model (same code as the full one, fewer blocks), so it
+    costs seconds and runs wherever the check runs.
+    """
+    report.progress("torch.compile's view of the image encoder (dynamo explain, tiny model, CPU)")
+    with torch.inference_mode():
+        explained = torch._dynamo.explain(model.vision_encoder)(torch.from_numpy(pixels))
+    torch._dynamo.reset()
+    reasons = "; ".join(sorted({str(b.reason) for b in explained.break_reasons}))
+    return (
+        f"torch.compile of the image encoder (dynamo explain, tiny model): "
+        f"{explained.graph_count} graph(s), {explained.graph_break_count} graph break(s)"
+        + (f": {reasons}" if reasons else "")
+    )
 
 
 def stage_rows(settings: Settings, segmenter: Any, image: np.ndarray, mode: str) -> list[StageRow]:
@@ -290,9 +322,10 @@ def stage_row(
     text_ms = median(lambda: engine.encode_prompts(prompts))
     features, texts = engine.encode_image(pixels), engine.encode_prompts(prompts)
     path_ms = median(lambda: engine.decode(features, texts))
-    cached_ms = median(lambda: segmenter(image, prompts))
+    results = []
+    cached_ms = median(lambda: results.append(segmenter(image, prompts)))
     encoded_ms = median(lambda: Sam3Segmenter(engine)(image, prompts))
-    instances = len(segmenter(image, prompts).instances)
+    instances = len(results[-1].instances)
     return StageRow(
         mode, len(prompts), image_ms, text_ms, path_ms, cached_ms, encoded_ms, instances, memory.peak()
     )
@@ -357,7 +390,7 @@ def reference_rows(
     processor = Sam3Processor(image_processor=Sam3ImageProcessor(), tokenizer=tokenizer)
     clock = Clock(settings.device)
     rows = []
-    for row in ours:
+    for row in (r for r in ours if r.prompts in settings.reference_counts):
         prompts = LATENCY_PROMPTS[: row.prompts]
         report.progress(f"documented usage: {row.prompts} prompt(s)")
 
