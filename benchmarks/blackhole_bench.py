@@ -8,7 +8,10 @@ Tables from one forward of the engine's image path, run by tools/ttnn_mock/image
   nearest the bank;
 - the roofline cost model of the same forward (benchmarks/trace_cost.py): FLOPs, DRAM bytes
   and time at p150a peaks per stage and for the frame, beside the ViT's physical floor and
-  the 40 ms goal, and the ops that take the most modelled time.
+  the 40 ms goal, and the ops that take the most modelled time;
+- (full size) the fused attention at each q/k chunk size that divides SAM 3's sequences: whether
+  the real library accepts it (tools/ttnn_mock/sdpa_chunks.py), its circular buffers per core,
+  and its modelled time over the blocks of each kind.
 
 Full size: SAM 3's real architecture (random-free: the weights are zeros, nothing computes), on
 the harvested 11x10 grid of a real p150a and on an unharvested 13x10 one. --quick: the tiny
@@ -18,6 +21,7 @@ model on 11x10 only (a smoke run: the numbers say nothing).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +33,7 @@ from . import report, trace_cost
 REPO = Path(__file__).resolve().parents[1]
 TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
 RUNNER = REPO / "tools" / "ttnn_mock" / "image_path.py"
+ATTENTION_TOOL = REPO / "tools" / "ttnn_mock" / "sdpa_chunks.py"
 L1_BANK_BYTES = 1_428_352
 MAX_L1_BYTES = 1_572_864
 GRIDS = {"harvested (11x10, like a p150a)": 3, "unharvested (13x10)": 0}
@@ -51,6 +56,24 @@ def _mock_run(manifest_path: Path, harvest: int, out: Path, per_op: bool = False
         detail = result.get("error") or done.stderr[-1500:]
         raise RuntimeError(f"the mock run failed (exit {done.returncode}): {detail}")
     return result
+
+
+def _attention_run(harvest: int, out: Path) -> dict[str, Any]:
+    report.progress(f"mock p150a, harvest mask {harvest}: fused attention at each chunk size")
+    command = [str(TTNN_PYTHON), str(ATTENTION_TOOL), "--harvest", str(harvest), "--json", str(out)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if not result.get("ok"):
+        raise RuntimeError(f"the attention chunk run failed (exit {done.returncode}): {done.stderr[-1500:]}")
+    return result
+
+
+def blocks_of_each_kind(ops: list[dict[str, Any]]) -> dict[str, int]:
+    kinds: dict[int, str] = {}
+    for op in ops:
+        if op["stage"] == "vit_block":
+            kinds[op["block"]] = "windowed" if op["windowed"] else "global"
+    return {kind: sum(1 for k in kinds.values() if k == kind) for kind in ("windowed", "global")}
 
 
 def _kib(value: int) -> str:
@@ -140,6 +163,51 @@ def print_largest_ops(result: dict[str, Any], top: int = 6) -> None:
             for e in largest
         ],
     )
+
+
+def _attention_ms(dims: list[int], chunk: int, fidelity: str, runs: int) -> float:
+    tensor = {"shape": dims, "dtype": "BFLOAT16", "layout": "TILE", "memory": "DRAM"}
+    op = {
+        "op": trace_cost.ATTENTION,
+        "stage": "vit_block",
+        "inputs": [tensor] * 3,
+        "outputs": [tensor],
+        "fidelity": fidelity,
+        "options": {"q_chunk_size": chunk, "k_chunk_size": chunk},
+    }
+    return trace_cost.price(op).seconds * runs * 1e3
+
+
+def short_reason(error: str) -> str:
+    """A refusal in a few words: the rule it broke, or the L1 the circular buffers wanted."""
+    grown = re.search(r"grow to (\d+) B which is beyond max L1 size of (\d+) B", error)
+    if grown:
+        return f"no: CBs {int(grown.group(1)) / 1024:,.0f} KiB > L1 {int(grown.group(2)) / 1024:,.0f} KiB"
+    if "TILE_WIDTH" in error or "multiple of" in error:
+        return "no: not a multiple of 32"
+    return "no: " + error[:40]
+
+
+def print_attention_chunks(result: dict[str, Any], blocks: dict[str, int]) -> None:
+    """Each q/k chunk size: does the real library accept it, its circular buffers, its modelled time."""
+    x, y = result["grid"]
+    report.title(
+        f"fused attention chunk sizes on the real library, {x}x{y} grid, {result['fidelity']} "
+        f"(the engine uses {result['engine_chunk']})"
+    )
+    rows: dict[int, list[object]] = {}
+    for entry in result["rows"]:
+        row = rows.setdefault(entry["chunk"], [entry["chunk"]])
+        if entry["accepted"]:
+            runs = blocks[entry["shape"]]
+            ms = _attention_ms(entry["dims"], entry["chunk"], result["fidelity"], runs)
+            row += ["yes", _kib(entry["peak_cb"]), f"{ms:.2f}"]
+        else:
+            row += [short_reason(entry["error"]), "", ""]
+    headers = ["chunk"]
+    for shape in ("windowed", "global"):
+        headers += [f"{shape}: accepted", "CBs KiB", f"model ms x{blocks[shape]}"]
+    report.table(headers, [row for _, row in sorted(rows.items()) if len(row) == len(headers)])
 
 
 def print_cost_model(result: dict[str, Any]) -> None:
@@ -236,9 +304,12 @@ def main(quick: bool) -> None:
             name: _mock_run(manifest_path, mask, folder / f"{mask}.json") for name, mask in grids.items()
         }
         per_op: dict[str, Any] = {}
+        attention: dict[str, Any] = {}
         if "unavailable" not in next(iter(results.values())):
             first_mask = next(iter(grids.values()))
             per_op = _mock_run(manifest_path, first_mask, folder / "per-op.json", per_op=True)
+            if not quick:
+                attention = _attention_run(first_mask, folder / "attention.json")
     first = next(iter(results.values()))
     if "unavailable" in first:
         print(f"not run: {first['unavailable']}")
@@ -252,3 +323,5 @@ def main(quick: bool) -> None:
         print_peaks(name, result)
     print_largest_ops(per_op)
     print_cost_model(first)
+    if attention:
+        print_attention_chunks(attention, blocks_of_each_kind(first["ops"]))

@@ -136,3 +136,27 @@ def test_trace_capture_still_crashes_on_the_mock(manifests, tmp_path):
         pytest.xfail("trace capture segfaults inside tt-metal on the mock: the traced path runs eagerly")
     assert done.returncode != 0, "trace capture works on the mock: drop image_path.py's eager stand-in"
     pytest.fail(_failure(done, report))
+
+
+def test_attention_chunk_sizes_as_the_real_library_judges_them(tmp_path):
+    """The engine's chunk is accepted at both of SAM 3's attention shapes; a chunk whose circular
+    buffers outgrow L1, or that is not a tile multiple, is refused (tools/ttnn_mock/sdpa_chunks.py)."""
+    out = tmp_path / "attention.json"
+    tool = REPO / "tools" / "ttnn_mock" / "sdpa_chunks.py"
+    done = subprocess.run(
+        [str(_ttnn_python()), str(tool), "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if "unavailable" in result:
+        pytest.skip(f"mock p150a not run: {result['unavailable']}")
+    assert done.returncode == 0 and result["ok"], done.stderr[-2000:]
+    rows = {(r["shape"], r["chunk"]): r for r in result["rows"]}
+    for shape in ("windowed", "global"):
+        assert rows[(shape, result["engine_chunk"])]["accepted"]
+        assert not rows[(shape, 576)]["accepted"]
+        assert "beyond max L1" in rows[(shape, 576)]["error"]
+        assert not rows[(shape, 144)]["accepted"]
