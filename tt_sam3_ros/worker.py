@@ -5,9 +5,11 @@ function (decode, segment, publish), so what runs on the engine's thread is plai
 node keeps every ROS handle. Why one thread: engines require every device call on the thread
 that opened the device, and a slow model must never stall the executor.
 
-The pieces are per input: one ``FrameSlot`` and one ``FrameStats`` describe one image stream,
-so a node with several cameras holds one of each per camera, and new outputs (tracking ids,
-depth) add to what ``handle_frame`` publishes, not to this module.
+Several cameras share the one worker: ``FrameSlot`` keeps the newest frame of each camera and
+hands pending frames out in round-robin order, so a fast or busy camera cannot starve another
+and a camera that stops publishing holds nothing up; each camera has its own ``FrameStats``,
+and ``CameraStats`` counts every event on the camera's and on the engine's. New outputs
+(tracking ids, depth) add to what ``handle_frame`` publishes, not to this module.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,49 +25,81 @@ from typing import Any
 STATS_WINDOW = 100
 
 
+#: The camera name of a node without the ``cameras`` parameter: its one input is ``image``.
+SINGLE_CAMERA = ""
+
+
 @dataclass
 class Frame:
-    """One received image message (an Image or CompressedImage), and when it arrived (monotonic s)."""
+    """One received image message (an Image or CompressedImage), when it arrived (monotonic s),
+    and which camera sent it (``SINGLE_CAMERA`` without the ``cameras`` parameter)."""
 
     msg: Any
     received_s: float
+    camera: str = SINGLE_CAMERA
 
 
 class FrameSlot:
-    """A one-slot, lock-guarded hand-off from the subscription callback to the worker.
+    """A lock-guarded hand-off from the subscription callbacks to the worker: one slot per camera.
 
-    ``put`` replaces an unprocessed frame (the caller counts it as dropped), so the worker
-    always starts on the newest frame and latency cannot grow with the input rate.
+    ``put`` replaces a camera's unprocessed frame (the caller counts it as dropped), so the
+    worker always starts on a camera's newest frame and latency cannot grow with the input
+    rate. ``take`` serves the cameras with a pending frame in round-robin order, starting
+    after the camera served last: with every camera busy each gets one frame per round,
+    whatever its rate, and a camera with nothing pending is simply skipped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cameras: Sequence[str] = (SINGLE_CAMERA,)) -> None:
         self._ready = threading.Condition()
-        self._frame: Frame | None = None
+        self._order: tuple[str, ...] = tuple(dict.fromkeys(cameras)) or (SINGLE_CAMERA,)
+        self._frames: dict[str, Frame] = {}
+        self._next = 0  # index in _order where the next round-robin search starts
         self._closed = False
 
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        return self._order
+
     def put(self, frame: Frame) -> bool:
-        """Store ``frame``; returns True when it replaced one the worker had not taken."""
+        """Store ``frame`` in its camera's slot; True when it replaced one the worker had not taken.
+
+        Raises:
+            KeyError: ``frame.camera`` is not one of this slot's cameras (a wiring bug).
+        """
+        if frame.camera not in self._order:
+            raise KeyError(f"no slot for camera {frame.camera!r}")
         with self._ready:
-            replaced = self._frame is not None
-            self._frame = frame
+            replaced = frame.camera in self._frames
+            self._frames[frame.camera] = frame
             self._ready.notify()
         return replaced
 
     def take(self) -> Frame | None:
-        """Wait for a frame and remove it; None once the slot is closed."""
+        """Wait for a frame and remove it (the next camera in turn); None once the slot is closed."""
         with self._ready:
-            while self._frame is None and not self._closed:
+            while not self._frames and not self._closed:
                 self._ready.wait()
             if self._closed:
                 return None
-            frame, self._frame = self._frame, None
-            return frame
+            count = len(self._order)
+            for step in range(count):
+                index = (self._next + step) % count
+                camera = self._order[index]
+                if camera in self._frames:
+                    self._next = (index + 1) % count
+                    return self._frames.pop(camera)
+        raise AssertionError("unreachable: a pending frame belongs to a known camera")
+
+    def drain(self) -> tuple[str, ...]:
+        """Drop every pending frame; returns the cameras that had one (each counts a drop)."""
+        with self._ready:
+            cameras = tuple(camera for camera in self._order if camera in self._frames)
+            self._frames.clear()
+        return cameras
 
     def clear(self) -> bool:
-        """Drop the pending frame, if any; returns whether there was one."""
-        with self._ready:
-            had_frame, self._frame = self._frame is not None, None
-        return had_frame
+        """Drop the pending frames, if any; returns whether there was one."""
+        return bool(self.drain())
 
     def close(self) -> None:
         """Wake the worker for good: ``take`` returns None from now on."""
@@ -163,6 +197,44 @@ class FrameStats:
                 last_error=self.last_error,
                 last_outcome=self.last_outcome,
             )
+
+
+@dataclass
+class CameraStats:
+    """One camera's counters and the engine's together: every event counts on both.
+
+    Why two: /diagnostics reports each camera's frames on its own, and the engine's totals
+    (errors in a row above all: it is the engine that fails, whichever camera's frame it was).
+    """
+
+    camera: FrameStats
+    engine: FrameStats
+
+    def count_received(self) -> None:
+        self.camera.count_received()
+        self.engine.count_received()
+
+    def count_dropped(self) -> None:
+        self.camera.count_dropped()
+        self.engine.count_dropped()
+
+    def count_processed(self, processing_ms: float, output_age_ms: float | None) -> None:
+        self.camera.count_processed(processing_ms, output_age_ms)
+        self.engine.count_processed(processing_ms, output_age_ms)
+
+    def count_rejected(self, reason: str) -> None:
+        self.camera.count_rejected(reason)
+        self.engine.count_rejected(reason)
+
+    def count_engine_error(self, reason: str) -> int:
+        """Returns the engine's errors in a row, this one included."""
+        self.camera.count_engine_error(reason)
+        return self.engine.count_engine_error(reason)
+
+
+def stats_per_camera(cameras: Sequence[str], engine: FrameStats) -> dict[str, CameraStats]:
+    """A fresh ``CameraStats`` for each camera, all counting into ``engine`` as well."""
+    return {camera: CameraStats(FrameStats(), engine) for camera in cameras}
 
 
 class InferenceWorker(threading.Thread):
