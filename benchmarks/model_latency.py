@@ -388,7 +388,7 @@ def reference_rows(
     from transformers import Sam3ImageProcessor, Sam3Processor
 
     processor = Sam3Processor(image_processor=Sam3ImageProcessor(), tokenizer=tokenizer)
-    clock = Clock(settings.device)
+    clock, memory = Clock(settings.device), Memory(settings.device)
     rows = []
     for row in (r for r in ours if r.prompts in settings.reference_counts):
         prompts = LATENCY_PROMPTS[: row.prompts]
@@ -398,6 +398,7 @@ def reference_rows(
             for prompt in prompts:
                 documented_call(model, processor, image, prompt)
 
+        memory.reset()
         reference_ms = clock.median(every_prompt, settings.reference_repeats, settings.reference_warmup)
         rows.append(
             [
@@ -407,6 +408,8 @@ def reference_rows(
                 f"{reference_ms / row.frame_encoded_ms:.2f}x",
                 report.ms(row.frame_cached_ms / 1000),
                 f"{reference_ms / row.frame_cached_ms:.2f}x",
+                memory.peak(),
+                row.peak_mib,
             ]
         )
     dtype = str(model.dtype).removeprefix("torch.")
@@ -419,6 +422,8 @@ def reference_rows(
             "ratio",
             "ours ms (text cached)",
             "ratio (cached)",
+            "documented peak MiB",
+            "ours peak MiB",
         ],
         rows,
     )
