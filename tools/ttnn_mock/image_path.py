@@ -4,9 +4,9 @@ Runs inside .venv-ttnn (CPython 3.12, ttnn 0.81.1), which has no torch: the weig
 a manifest (the image-path config and each prepared weight's name, role and shape, written
 by ``manifest.py`` where torch is) and are uploaded as zeros, since nothing computes on the
 mock. Everything else is the engine's own code: ``open_blackhole`` (its default dispatch, or
-``--dispatch``), ``device_settings``, ``weights.upload``, ``TtnnEngine._forward``
-and ``_capture`` with ``TracedImagePath`` (input buffer, compile run, capture, replay), and
-``TtnnEngine.close``.
+``--dispatch``), and the chip half of the engine, ``ChipImageEncoder`` (``device_settings``, ``upload``,
+``forward``, ``capture`` with ``TracedImagePath``: input buffer, compile run, capture, replay;
+``close``).
 
 What the mock cannot do, and what this runner does instead: trace capture segfaults inside
 tt-metal on the mock (Buffer::address() under generate_trace_dispatch_commands, even for one
@@ -168,6 +168,7 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
     with without_torch():
         from tt_sam3_ros.engines import ttnn_engine
         from tt_sam3_ros.engines.ttnn_model import config as config_module
+        from tt_sam3_ros.engines.ttnn_model import image_encoder
         from tt_sam3_ros.engines.ttnn_model import weights as weights_module
 
     mode, dispatch_asked = args.mode, args.dispatch
@@ -177,18 +178,6 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
     config = config_module.ImagePathConfig(
         **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["config"].items()}
     )
-    engine = types.SimpleNamespace(
-        ttnn=module,
-        config=config,
-        weights={},
-        _conv_weights={},
-        _eager_outputs=[],
-        _trace=None,
-        _closed=False,
-        device=None,
-        _on_device=ttnn_engine.TtnnEngine._on_device,
-    )
-    engine._forward = lambda patches: ttnn_engine.TtnnEngine._forward(engine, patches)
     phases = report["phases"]
 
     def phase(name: str):
@@ -201,22 +190,29 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
 
     started = phase("open")
     asked = {"dispatch": dispatch_asked} if dispatch_asked else {}
-    engine.device, dispatch = ttnn_engine.open_blackhole(
+    device, dispatch = ttnn_engine.open_blackhole(
         module, 0, ttnn_engine.DEFAULT_L1_SMALL, ttnn_engine.DEFAULT_TRACE_REGION, **asked
     )
-    grid = engine.device.compute_with_storage_grid_size()
+    grid = device.compute_with_storage_grid_size()
     report["grid"] = [grid.x, grid.y]
     report["dispatch"] = dispatch
+    dtypes = {"bfloat8_b": ttnn.bfloat8_b, "bfloat16": ttnn.bfloat16, "float32": ttnn.float32}
+    try:
+        engine = image_encoder.ChipImageEncoder(
+            module,
+            config,
+            device,
+            dispatch,
+            matmul_dtype=dtypes[manifest.get("weight_dtype", "bfloat8_b")],
+            param_dtype=dtypes[manifest.get("param_dtype", "bfloat16")],
+        )
+    except BaseException:
+        ttnn.close_device(device)
+        raise
     done(started, dispatch=dispatch, grid=[grid.x, grid.y])
     try:
         started = phase("upload")
-        engine.settings = config_module.device_settings(module, engine.device)
-        dtypes = {"bfloat8_b": ttnn.bfloat8_b, "bfloat16": ttnn.bfloat16, "float32": ttnn.float32}
-        engine._matmul_dtype = dtypes[manifest.get("weight_dtype", "bfloat8_b")]
-        param_dtype = dtypes[manifest.get("param_dtype", "bfloat16")]
-        engine.weights = weights_module.upload(
-            module, engine.device, host_weights(manifest, weights_module), engine._matmul_dtype, param_dtype
-        )
+        engine.upload(host_weights(manifest, weights_module))
         done(started, tensors=len(engine.weights))
         host_input = session.from_numpy(
             np.zeros((1, 1, config.tokens, config.patch_features), np.float32),
@@ -233,7 +229,7 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
                 ttnn.DRAM_MEMORY_CONFIG,
             )
             try:
-                engine._forward(patches)
+                engine.forward(patches)
             finally:
                 session.end_stage()
             report["stages"] = session.stages
@@ -241,7 +237,7 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
         else:
             started = phase("compile run + capture")
             ops_before = len(module.log)
-            ttnn_engine.TtnnEngine._capture(engine, host_input)
+            engine.capture(host_input)
             trace = engine._trace
             session.replay = lambda: trace.forward(trace.input)
             traced = "real" if args.real_trace else "eager stand-in"
@@ -259,7 +255,7 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
         raise
     finally:
         started = phase("close")
-        ttnn_engine.TtnnEngine.close(engine)
+        engine.close()
         done(started)
 
 

@@ -11,6 +11,9 @@ wheel decodes from its own packing bit for bit (tools/ttnn_conformance.py checks
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F  # noqa: N812
 
@@ -84,3 +87,59 @@ def to_torch_dtype(dtype: DataType) -> torch.dtype:
         DataType.UINT32: torch.int32,
         DataType.INT32: torch.int32,
     }[dtype]
+
+
+# compute numerics --------------------------------------------------------------------------------
+# The matrix engine multiplies, per fidelity phase, 7 significand bits (hidden bit + 6) of SrcB by
+# 5 (hidden + 4) of SrcA; a matmul's activation (in0) goes to SrcB, its weights (in1) to SrcA, and
+# a bfloat16 significand has 8 bits, so SrcA splits 5 + 3 and SrcB 7 + 1. The phases a fidelity
+# runs (tt-metal tech_reports/matrix_engine) decide which partial products are kept:
+# LoFi: high A x high B; HiFi2: + low A x high B (A whole, B keeps 7 bits); HiFi3: + high A x
+# low B; HiFi4: + low A x low B (exact). The dropped bits are truncated, never rounded.
+SRC_B_BITS = 7
+SRC_A_HIGH_BITS = 5
+
+
+def truncate_significand(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """Float32 values with only the top `bits` of their 24-bit significand (hidden bit included)
+    kept, the rest cut toward zero: what a source register holds of each operand."""
+    x = values.detach().to(torch.float32).contiguous()
+    mask = -(1 << (24 - bits))  # ...1110000 in two's complement: clears the low bits
+    return (x.view(torch.int32) & mask).view(torch.float32)
+
+
+def fidelity_product(
+    activation: torch.Tensor,
+    weight: torch.Tensor,
+    fidelity: str,
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """product(activation, weight) (a matmul or a convolution) at a math fidelity
+    ("LoFi", "HiFi2", "HiFi3", "HiFi4"), keeping the operand bits the matrix engine keeps."""
+    if fidelity == "HiFi4":
+        return product(activation, weight)
+    b_high = truncate_significand(activation, SRC_B_BITS)
+    if fidelity == "HiFi2":
+        return product(b_high, weight)
+    a_high = truncate_significand(weight, SRC_A_HIGH_BITS)
+    if fidelity == "LoFi":
+        return product(b_high, a_high)
+    if fidelity == "HiFi3":
+        return product(b_high, weight) + product(activation - b_high, a_high)
+    raise ValueError(f"unknown math fidelity {fidelity!r}")
+
+
+def approximate_exp(values: torch.Tensor) -> torch.Tensor:
+    """exp(x) as the SFPU's approximate mode forms it: 2^(x/ln2) with the integer part put in the
+    exponent and the fraction f taken as the mantissa, 2^f ~ 1 + f (at most 6.1 % high, exact at
+    whole powers of two); underflows to 0 below about -88, as float32 does."""
+    scaled = values.to(torch.float32) * (1.0 / math.log(2.0))
+    whole = torch.floor(scaled)
+    approx = torch.ldexp(1.0 + (scaled - whole), whole.clamp(-150, 128).to(torch.int32))
+    return torch.where(scaled < -126, torch.zeros_like(approx), approx)
+
+
+def approximate_gelu(values: torch.Tensor) -> torch.Tensor:
+    """The fused (approximate) GELU, modelled by the tanh form: the chip's approximate mode
+    evaluates its own fit, which a device run compares; both stay within ~1e-3 of erf GELU."""
+    return F.gelu(values, approximate="tanh")

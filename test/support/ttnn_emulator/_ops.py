@@ -2,9 +2,12 @@
 
 Numerics: inputs hold exactly what their dtype can hold (bfloat16, bfloat8_b); each op
 computes in float32 and rounds its output to the output dtype, as the device packs its
-results. Not modelled: reduced matmul fidelity (LoFi/HiFi2 drop low mantissa bits of one
-operand), bfloat16 accumulation when fp32_dest_acc_en is off, approximate SFPU functions.
-Those only a chip can show; the device tests measure them.
+results. Modelled: the math fidelity of matmuls, convolutions and both matmuls inside the
+fused attention (_numerics.fidelity_product: the operand bits each fidelity keeps), the fused
+matmul GELU as the approximate one, the attention's approximate exp when exp_approx_mode is
+set, its bfloat16 probabilities. Not modelled: bfloat16 accumulation when fp32_dest_acc_en is
+off, the exact SFPU approximations (the models are the tanh GELU and 2^f ~ 1 + f): the device
+tests measure those.
 
 Layout rules follow the device: matmul, linear, layer_norm, attention and the head
 split/concat need TILE; bfloat8_b exists only in TILE.
@@ -33,11 +36,23 @@ from ._types import (
     TensorMemoryLayout,
 )
 
+#: Activations fused into a matmul; the fused gelu is the SFPU's approximate one.
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": lambda x: F.gelu(x),
+    "gelu": _numerics.approximate_gelu,
     "relu": F.relu,
     "silu": F.silu,
 }
+
+
+#: Score values the emulated attention holds at once (float32): 64 Mi values, 256 MB.
+_SDPA_SCORE_BUDGET = 64 * 1024 * 1024
+
+
+def fidelity_of(compute_kernel_config: Any, default: str = "LoFi") -> str:
+    """The math fidelity a compute config asks for; ttnn's default (LoFi for matmul and conv,
+    init_device_compute_kernel_config's) when none is given."""
+    fidelity = getattr(compute_kernel_config, "math_fidelity", None)
+    return fidelity.name if fidelity is not None else default
 
 
 def _freeze(value: Any) -> Any:
@@ -199,13 +214,15 @@ def _matmul(
     tensors = [input_tensor_a, input_tensor_b] + ([bias] if bias is not None else [])
     _check_core_grid(tensors[0]._device, core_grid, name)
 
+    fidelity = fidelity_of(options["compute_kernel_config"])
+
     def compute() -> list[Tensor]:
         a, b = input_tensor_a.read(), input_tensor_b.read()
         if transpose_a:
             a = a.transpose(-1, -2)
         if transpose_b:
             b = b.transpose(-1, -2)
-        out = torch.matmul(a, b)
+        out = _numerics.fidelity_product(a, b, fidelity, torch.matmul)
         if bias is not None:
             out = out + bias.read().reshape(n)
         if activation is not None:
@@ -537,16 +554,34 @@ def scaled_dot_product_attention(
         [attn_mask] if attn_mask is not None else []
     )
 
+    fidelity = fidelity_of(compute_kernel_config, default="HiFi2")
+    exp = (
+        _numerics.approximate_exp
+        if program_config is not None and program_config.exp_approx_mode
+        else torch.exp
+    )
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: slice) -> torch.Tensor:
+        scores = _numerics.fidelity_product(q, k.transpose(-1, -2), fidelity, torch.matmul) * scale_value
+        if attn_mask is not None:
+            scores = scores + attn_mask.read()[:, :, rows]
+        if is_causal:
+            keep = torch.ones(q_shape[2], k_shape[2], dtype=torch.bool).tril()[rows]
+            scores = scores.masked_fill(~keep, float("-inf"))
+        weights = exp(scores - scores.amax(dim=-1, keepdim=True))
+        # The kernel keeps the probabilities in bfloat16 between its two matmuls.
+        probabilities = (weights / weights.sum(dim=-1, keepdim=True)).to(torch.bfloat16).float()
+        return _numerics.fidelity_product(probabilities, v, fidelity, torch.matmul)
+
     def compute() -> list[Tensor]:
         q, k, v = input_tensor_q.read(), input_tensor_k.read(), input_tensor_v.read()
-        scores = torch.matmul(q, k.transpose(-1, -2)) * scale_value
-        if attn_mask is not None:
-            scores = scores + attn_mask.read()
-        if is_causal:
-            keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-            scores = scores.masked_fill(~keep, float("-inf"))
-        out = torch.matmul(torch.softmax(scores, dim=-1), v)
-        return [_new(out, input_tensor_q, memory_config=memory_config)]
+        # Query rows in blocks, as the kernel's q chunks: bounded memory for long sequences.
+        block = max(1, _SDPA_SCORE_BUDGET // max(1, q_shape[0] * q_shape[1] * k_shape[2]))
+        parts = [
+            attend(q[:, :, start : start + block], k, v, slice(start, start + block))
+            for start in range(0, q_shape[2], block)
+        ]
+        return [_new(torch.cat(parts, dim=2), input_tensor_q, memory_config=memory_config)]
 
     params = dict(
         is_causal=is_causal,
@@ -646,10 +681,15 @@ def conv2d(
     out_w = (input_width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     tensors = [input_tensor, weight] + ([bias] if bias is not None else [])
 
+    fidelity = fidelity_of(compute_config)
+
     def compute() -> list[Tensor]:
         x = _nhwc(input_tensor, batch_size, input_height, input_width, in_channels, name)
-        b = bias.read().reshape(out_channels) if bias is not None else None
-        y = F.conv2d(x, weight.read(), b, (sh, sw), (ph, pw), (dh, dw))
+        y = _numerics.fidelity_product(
+            x, weight.read(), fidelity, lambda a, w: F.conv2d(a, w, None, (sh, sw), (ph, pw), (dh, dw))
+        )
+        if bias is not None:
+            y = y + bias.read().reshape(1, out_channels, 1, 1)
         y = y.permute(0, 2, 3, 1).reshape(1, 1, batch_size * out_h * out_w, out_channels)
         return [Tensor(y, dtype or DataType.BFLOAT16, config.output_layout, device, memory_config)]
 

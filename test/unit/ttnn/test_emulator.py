@@ -161,6 +161,10 @@ def test_sharded_memory_configs_are_checked(ttnn, device):
 
 
 # ops against torch -------------------------------------------------------------------------------
+def _fidelity(ttnn, name: str):
+    return ttnn.WormholeComputeKernelConfig(math_fidelity=getattr(ttnn.MathFidelity, name))
+
+
 def test_linear_with_bias_and_gelu(ttnn, device):
     torch.manual_seed(1)
     x, w, b = torch.randn(2, 40, 64), torch.randn(64, 96) / 8, torch.randn(96)
@@ -169,12 +173,83 @@ def test_linear_with_bias_and_gelu(ttnn, device):
         _dev(ttnn, device, w, ttnn.bfloat8_b),
         bias=_dev(ttnn, device, b.reshape(1, 96)),
         activation="gelu",
+        compute_kernel_config=_fidelity(ttnn, "HiFi4"),
     )
-    want = F.gelu(x.bfloat16().float() @ ttnn.quantize_bfloat8_b(w) + b.bfloat16().float())
+    # The fused gelu is the approximate one (the tanh form models it).
+    exact = x.bfloat16().float() @ ttnn.quantize_bfloat8_b(w) + b.bfloat16().float()
+    want = F.gelu(exact, approximate="tanh")
     assert list(out.shape) == [2, 40, 96]
     assert torch.allclose(ttnn.to_torch(out).float(), want, atol=2e-2, rtol=1e-2)
     with pytest.raises(ttnn.EmulatorError, match="inner dims"):
         ttnn.linear(_dev(ttnn, device, x), _dev(ttnn, device, w.T))
+
+
+def test_each_fidelity_keeps_the_operand_bits_the_matrix_engine_keeps(ttnn, device):
+    # Activation 1 + 2^-7 has its lowest bfloat16 bit set: SrcB (7 bits) drops it below HiFi3.
+    # Weight 1 + 2^-5 needs 6 bits: SrcA's first phase (5 bits) drops it at LoFi only.
+    a = _dev(ttnn, device, torch.full((32, 32), 1 + 2**-7))
+    w = torch.zeros(32, 32)
+    w[0, 0] = 1 + 2**-5
+    w_dev = _dev(ttnn, device, w)
+    got = {
+        name: ttnn.to_torch(
+            ttnn.matmul(a, w_dev, dtype=ttnn.float32, compute_kernel_config=_fidelity(ttnn, name))
+        )[0, 0].item()
+        for name in ("LoFi", "HiFi2", "HiFi3", "HiFi4")
+    }
+    assert got["LoFi"] == 1.0
+    assert got["HiFi2"] == 1 + 2**-5
+    assert got["HiFi3"] == got["HiFi4"] - 2**-7 * 2**-5  # only low A x low B is missing
+    assert got["HiFi4"] == (1 + 2**-7) * (1 + 2**-5)
+    # Without a config, ttnn's default fidelity (LoFi) applies.
+    assert ttnn.to_torch(ttnn.matmul(a, w_dev, dtype=ttnn.float32))[0, 0].item() == got["LoFi"]
+
+
+def test_lower_fidelity_loses_more(ttnn, device):
+    torch.manual_seed(5)
+    x, w = torch.randn(64, 256), torch.randn(256, 64) / 16
+    exact = x.bfloat16().float() @ w.bfloat16().float()
+    errors = []
+    for name in ("HiFi4", "HiFi3", "HiFi2", "LoFi"):
+        out = ttnn.matmul(
+            _dev(ttnn, device, x),
+            _dev(ttnn, device, w),
+            dtype=ttnn.float32,
+            compute_kernel_config=_fidelity(ttnn, name),
+        )
+        errors.append(float((ttnn.to_torch(out) - exact).abs().mean()))
+    assert errors[0] < 1e-6 < errors[1] < errors[2] < errors[3]
+
+
+def test_approximate_exp_is_the_bit_shift_form(ttnn):
+    from ttnn_emulator import _numerics
+
+    x = torch.linspace(-20, 20, 40001)
+    ratio = _numerics.approximate_exp(x) / torch.exp(x)
+    assert float(ratio.min()) >= 1.0 - 1e-6 and float(ratio.max()) == pytest.approx(1.0615, abs=1e-3)
+    powers = torch.arange(-10, 11, dtype=torch.float32) * math.log(2.0)
+    assert torch.allclose(_numerics.approximate_exp(powers), torch.exp(powers), rtol=1e-5)
+
+
+def test_sdpa_approximate_exp_and_fidelity_change_the_result_a_little(ttnn, device):
+    torch.manual_seed(6)
+    q, k, v = (_dev(ttnn, device, torch.randn(1, 2, 128, 64)) for _ in range(3))
+    ref = [ttnn.to_torch(t).float() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(*ref)
+
+    def run(approx: bool, fidelity: str) -> torch.Tensor:
+        config = ttnn.SDPAProgramConfig(
+            compute_with_storage_grid_size=(8, 8), q_chunk_size=64, k_chunk_size=64, exp_approx_mode=approx
+        )
+        out = ttnn.transformer.scaled_dot_product_attention(
+            q, k, v, is_causal=False, program_config=config, compute_kernel_config=_fidelity(ttnn, fidelity)
+        )
+        return ttnn.to_torch(out).float()
+
+    exact, approx, lofi = run(False, "HiFi4"), run(True, "HiFi4"), run(False, "LoFi")
+    assert _pcc(exact, want) > 0.9999
+    assert not torch.equal(approx, exact) and 0.99 < _pcc(approx, want) < _pcc(exact, want)
+    assert 0.99 < _pcc(lofi, want) < _pcc(exact, want)
 
 
 def test_layer_norm_matches_torch(ttnn, device):

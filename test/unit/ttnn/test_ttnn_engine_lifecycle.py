@@ -82,7 +82,7 @@ def test_close_releases_trace_and_chip_and_is_idempotent(ttnn, tiny_model, token
 
 
 def test_a_failed_start_releases_the_chip(ttnn, tiny_model, tokenizer, monkeypatch):
-    import tt_sam3_ros.engines.ttnn_engine as module
+    import tt_sam3_ros.engines.ttnn_model.image_encoder as module
 
     def broken_upload(*args, **kwargs):
         raise RuntimeError("DRAM allocation failed")
@@ -161,3 +161,44 @@ def test_a_failed_trace_capture_releases_its_trace(ttnn):
     assert torch.equal(ttnn.to_torch(path.run(frame)[0]).float(), torch.ones(32, 32))
     path.release()
     ttnn.close_device(device)
+
+
+def test_the_engine_keeps_no_host_vit_and_leaves_the_model_as_it_was(ttnn, tiny_model, tokenizer):
+    """Once its weights are on the chip, nothing in the engine holds the host's ViT (so it is freed
+    when the caller drops the model), and a bfloat16 prompt path does not cast the caller's model."""
+    import copy
+    import gc
+    import weakref
+
+    import torch
+
+    model = copy.deepcopy(tiny_model)
+    backbone = weakref.ref(model.vision_encoder.backbone)
+    with _engine(ttnn, model, tokenizer, dtype="bfloat16") as engine:
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # the caller's model is untouched
+        assert model.vision_encoder.backbone is backbone()
+        assert engine.prompt_path.dtype == torch.bfloat16
+        del model
+        gc.collect()
+        assert backbone() is None  # only the caller kept the ViT alive
+        assert len(engine.encode_prompts(["car"])) == 1
+
+
+def test_the_prompt_path_is_replaceable(ttnn, tiny_model, tokenizer):
+    from tt_sam3_ros.engines.ttnn_engine import host_prompt_path
+
+    class Recording:
+        def __init__(self):
+            self.inner = host_prompt_path(tiny_model, tokenizer)
+            self.dtype = self.inner.dtype
+            self.calls: list[str] = []
+
+        def __getattr__(self, name):
+            self.calls.append(name)
+            return getattr(self.inner, name)
+
+    prompt_path = Recording()
+    with _engine(ttnn, tiny_model, tokenizer, prompt_path=prompt_path) as engine:
+        engine.warmup()
+        assert engine.prompt_path is prompt_path
+    assert {"image_features", "encode_prompts", "decode", "fetch_masks", "close"} <= set(prompt_path.calls)

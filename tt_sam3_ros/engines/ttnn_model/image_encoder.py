@@ -1,0 +1,156 @@
+"""The image encoder on one chip: open, upload the weights once, compile, capture, one replay per frame.
+
+This is the chip's half of the ttnn engine, with no model object and no prompt path: it takes the
+prepared host weights (weights.py) and returns the four FPN maps as device tensors, so the same
+code runs under the emulator, under the real library on a mock p150a (tools/ttnn_mock) and on a
+chip. The engine (ttnn_engine.py) composes it with a prompt path.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from . import neck, vit
+from .config import ImagePathConfig, device_settings
+from .device import open_blackhole
+from .trace import TracedImagePath
+from .weights import HostWeight, upload
+
+LOG = logging.getLogger(__name__)
+
+
+class ChipImageEncoder:
+    """Patch embedding, ViT and FPN neck on an open chip.
+
+    Args:
+        ttnn: the ttnn module (or the emulator).
+        config: the image path's shapes.
+        device: an open device (see open()).
+        dispatch: how it was opened, in words ("worker", "ethernet").
+        matmul_dtype, param_dtype: device dtypes of matmul weights and of norms/biases/tables.
+        use_trace: replay one captured trace per frame, or run the ops eagerly (debugging).
+    """
+
+    def __init__(
+        self,
+        ttnn: Any,
+        config: ImagePathConfig,
+        device: Any,
+        dispatch: str,
+        matmul_dtype: Any,
+        param_dtype: Any,
+        use_trace: bool = True,
+    ) -> None:
+        self.ttnn = ttnn
+        self.config = config
+        self.device = device
+        self.dispatch = dispatch
+        self.use_trace = use_trace
+        self._matmul_dtype = matmul_dtype
+        self._param_dtype = param_dtype
+        self.weights: dict[str, Any] = {}
+        self._conv_weights: dict[str, Any] = {}
+        self._trace: TracedImagePath | None = None
+        self._eager_outputs: list[Any] = []
+        self._closed = False
+        self.settings = device_settings(ttnn, device)
+
+    @classmethod
+    def open(
+        cls,
+        ttnn: Any,
+        config: ImagePathConfig,
+        device_id: int,
+        l1_small_size: int,
+        trace_region_size: int,
+        dispatch: str,
+        **options: Any,
+    ) -> ChipImageEncoder:
+        """Open chip `device_id` (open_blackhole) and wrap it; the chip is closed again on failure."""
+        device, used = open_blackhole(ttnn, device_id, l1_small_size, trace_region_size, dispatch)
+        try:
+            encoder = cls(ttnn, config, device, used, **options)
+        except BaseException:
+            ttnn.close_device(device)
+            raise
+        x, y = encoder.settings.grid
+        LOG.info("Blackhole chip %d open: %s dispatch, %dx%d compute grid", device_id, used, x, y)
+        return encoder
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def upload(self, host_weights: dict[str, HostWeight], cache_dir: Path | None = None) -> None:
+        """Convert and place every weight once (weights.upload)."""
+        self.weights = upload(
+            self.ttnn, self.device, host_weights, self._matmul_dtype, self._param_dtype, cache_dir
+        )
+
+    def forward(self, patches: Any) -> list[Any]:
+        """The image path on the device: patches buffer -> 4 FPN maps; leaves `patches` allocated."""
+        trunk = vit.sam3_vit_model(self.ttnn, patches, self.weights, self.config, self.settings)
+        return neck.sam3_vision_neck(
+            self.ttnn,
+            self.device,
+            trunk,
+            self.weights,
+            self.config,
+            self.settings,
+            self._conv_weights,
+            self._matmul_dtype,
+        )
+
+    @property
+    def captured(self) -> bool:
+        return self._trace is not None and self._trace.captured
+
+    def capture(self, host_input: Any) -> None:
+        """Compile every program (one eager run) and capture the trace on `host_input`."""
+        if self._trace is None:
+            shape = (1, 1, self.config.tokens, self.config.patch_features)
+            self._trace = TracedImagePath(self.ttnn, self.device, self.forward, shape)
+        self._trace.capture(host_input)
+
+    def run(self, host_input: Any) -> list[Any]:
+        """One frame: the FPN maps as device tensors, valid until the next run."""
+        if self._closed:
+            raise RuntimeError("the chip image encoder is closed")
+        if self.use_trace:
+            if not self.captured:
+                LOG.warning("image trace captured on the first frame: call warmup() before serving")
+                self.capture(host_input)
+            assert self._trace is not None
+            return self._trace.run(host_input)
+        for tensor in self._eager_outputs:
+            self.ttnn.deallocate(tensor)
+        patches = self.ttnn.to_device(host_input, self.device, memory_config=self.ttnn.DRAM_MEMORY_CONFIG)
+        self._eager_outputs = outputs = self.forward(patches)
+        self.ttnn.deallocate(patches)
+        return outputs
+
+    def close(self) -> None:
+        """Release the trace, every device buffer, then the chip; idempotent, and closes the chip even
+        when a release step fails."""
+        if self._closed:
+            return
+        self._closed = True
+        ttnn = self.ttnn
+        try:
+            if self._trace is not None:
+                self._trace.release()
+            for tensor in [
+                *self._eager_outputs,
+                *self.weights.values(),
+                *(t for pair in self._conv_weights.values() for t in pair if t is not None),
+            ]:
+                if tensor is not None and tensor.device() is not None:
+                    ttnn.deallocate(tensor)
+        finally:
+            self._trace = None
+            self._eager_outputs, self.weights, self._conv_weights = [], {}, {}
+            if self.device is not None:
+                ttnn.close_device(self.device)
+                self.device = None
