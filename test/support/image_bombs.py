@@ -1,13 +1,16 @@
 """Small encoded images that declare huge pictures (decompression bombs), made without the pixels.
 
 Shared by the unit tests (every entry point refuses them from the header) and the node test
-(the node's peak memory stays flat when one arrives on image/compressed).
+(the node's peak memory stays flat when one arrives on image/compressed); ``traced_peak``
+says what a call allocated on the way to its answer.
 """
 
 from __future__ import annotations
 
 import struct
+import tracemalloc
 import zlib
+from collections.abc import Callable
 
 import cv2
 import numpy as np
@@ -50,3 +53,20 @@ def jpeg_declaring(width: int, height: int) -> bytes:
     sof = data.index(b"\xff\xc0")
     data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(data)
+
+
+def traced_peak(call: Callable[[], object], refusal: type[Exception] = ValueError) -> tuple[object, int]:
+    """(the call's result or the ``refusal`` it raised, peak bytes tracemalloc saw meanwhile).
+
+    numpy and OpenCV output arrays are traced (both allocate through numpy), so a decoded
+    bitmap shows up here whichever library made it.
+    """
+    tracemalloc.start()
+    try:
+        try:
+            outcome: object = call()
+        except refusal as error:
+            outcome = error
+        return outcome, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

@@ -8,9 +8,10 @@ reason; never another exception, and never an allocation far beyond the input's 
 from __future__ import annotations
 
 import struct
-import tracemalloc
+import sys
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -22,6 +23,12 @@ from sensor_msgs.msg import CompressedImage, Image
 from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.messages import SUPPORTED_ENCODINGS, compressed_to_rgb, image_to_rgb
 from tt_sam3_ros.preprocess import MIN_IMAGE_SIDE, declared_size, load_image
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
+
+from image_bombs import traced_peak  # noqa: E402
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: Bytes of bookkeeping (headers, Python objects) allowed on top of the pixels an input declares.
@@ -45,19 +52,6 @@ def assert_readable(error: InputError) -> None:
     assert text.strip(), "an InputError must say why"
     assert "\n" not in text and "\x1b" not in text, "untrusted text must not forge log lines"
     assert len(text) < 400, "a reason must stay readable whatever the message carried"
-
-
-def peak_allocation(call: Callable[[], object]) -> tuple[object, int]:
-    """(result or the InputError, peak bytes traced while ``call`` ran)."""
-    tracemalloc.start()
-    try:
-        try:
-            outcome: object = call()
-        except InputError as error:
-            outcome = error
-        return outcome, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 # --- sensor_msgs/Image -------------------------------------------------------------------------
@@ -150,7 +144,7 @@ def test_huge_declared_sizes_with_little_data_allocate_nothing(
 ) -> None:
     msg = Image(height=height, width=width, encoding=encoding, step=step)
     msg.data = bytes(size)
-    outcome, peak = peak_allocation(lambda: image_to_rgb(msg))
+    outcome, peak = traced_peak(lambda: image_to_rgb(msg), InputError)
     if not isinstance(outcome, InputError):  # it fits in the data: at most 3 bytes per data byte
         assert outcome.shape == (height, width, 3)
     assert peak <= 3 * size + ALLOCATION_SLACK
@@ -191,6 +185,15 @@ def _with_declared_size(data: bytes, width: int, height: int) -> bytes:
 
 
 @st.composite
+def damaged(draw: st.DrawFn, data: bytes, kind: str) -> bytes:
+    """``data`` cut short at any byte, or with one byte changed anywhere."""
+    position = draw(st.integers(0, len(data) - 1))
+    if kind == "truncated":
+        return data[:position]
+    return data[:position] + bytes([data[position] ^ draw(st.integers(1, 255))]) + data[position + 1 :]
+
+
+@st.composite
 def compressed_payloads(draw: st.DrawFn) -> bytes:
     """Real PNG/JPEG encodings, cut short, bit-flipped, re-declared, or random bytes."""
     kind = draw(st.sampled_from(["valid", "truncated", "flipped", "declared", "random", "magic+random"]))
@@ -200,11 +203,8 @@ def compressed_payloads(draw: st.DrawFn) -> bytes:
         return draw(st.sampled_from([b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"])) + draw(st.binary(max_size=256))
     extension = draw(st.sampled_from([".png", ".jpg"]))
     data = _encoded(extension, draw(st.integers(1, 40)), draw(st.integers(1, 40)), draw(st.integers(0, 99)))
-    if kind == "truncated":
-        return data[: draw(st.integers(0, len(data) - 1))]
-    if kind == "flipped":
-        position = draw(st.integers(0, len(data) - 1))
-        return data[:position] + bytes([data[position] ^ draw(st.integers(1, 255))]) + data[position + 1 :]
+    if kind in ("truncated", "flipped"):
+        return draw(damaged(data, kind))
     if kind == "declared":
         side = st.sampled_from([0, 1, 2, 17, 4096, 4097, 20000, 65535]) | st.integers(0, 65535)
         return _with_declared_size(data, draw(side), draw(side))
@@ -238,7 +238,7 @@ def test_compressed_payloads_decode_within_their_declared_size_or_are_refused(da
     declared = _declared_or_none(data)
     # What the header may cost: its pixels, if its size is within the limit; else nothing.
     allowed = 3 * 3 * declared[0] * declared[1] if declared and max(declared) <= 4096 else 0
-    outcome, peak = peak_allocation(lambda: compressed_to_rgb(msg, max_side=4096))
+    outcome, peak = traced_peak(lambda: compressed_to_rgb(msg, max_side=4096), InputError)
     assert peak <= allowed + 4 * len(data) + ALLOCATION_SLACK
     if isinstance(outcome, InputError):
         event(f"refused: {_reason_kind(outcome)}")
@@ -271,11 +271,8 @@ def encoded_files(draw: st.DrawFn) -> bytes:
     if kind == "random":
         return draw(st.binary(max_size=300))
     data = _encoded(extension, draw(st.integers(1, 30)), draw(st.integers(1, 30)), draw(st.integers(0, 99)))
-    if kind == "truncated":
-        return data[: draw(st.integers(0, len(data) - 1))]
-    if kind == "flipped":
-        position = draw(st.integers(0, len(data) - 1))
-        return data[:position] + bytes([data[position] ^ draw(st.integers(1, 255))]) + data[position + 1 :]
+    if kind in ("truncated", "flipped"):
+        return draw(damaged(data, kind))
     return data
 
 
@@ -283,7 +280,7 @@ def encoded_files(draw: st.DrawFn) -> bytes:
 @pytest.mark.filterwarnings("ignore::UserWarning:PIL")  # PIL warns about the corrupt TIFFs it reads
 @given(encoded_files(), st.sampled_from([2, 16, 4096]))
 def test_load_image_bytes_give_rgb_within_the_limit_or_are_refused(data: bytes, max_side: int) -> None:
-    outcome, peak = peak_allocation(lambda: load_image(data, max_side=max_side))
+    outcome, peak = traced_peak(lambda: load_image(data, max_side=max_side), InputError)
     if isinstance(outcome, InputError):
         event("refused")
         assert str(outcome).strip()  # it may quote a file name, which the caller chose
