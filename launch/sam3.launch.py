@@ -9,6 +9,12 @@ Arguments (each optional):
                  empty: the params file's value (none by default: the node waits for
                  ``ros2 param set /sam3 prompts "['car']"``).
     engine       auto, torch or ttnn; empty: the params file's value (auto).
+    model_id     Hugging Face model id, a local path, or tiny-random (offline random weights,
+                 meaningless output: try the plumbing with model_id:=tiny-random).
+    device       engine device (cpu, cuda:0, a ttnn device id).
+    dtype        compute dtype (float32, bfloat16).
+    threshold    score threshold, 0 to 1.
+                 Each of these four: empty (the default) keeps the params file's value.
     params_file  parameters file (default: this package's config/sam3.yaml).
     namespace    namespace of the node; topics follow it (/<namespace>/sam3/detections).
 
@@ -43,6 +49,18 @@ def prompt_list(text: str) -> list[str]:
     raise ValueError(f"prompts:={text!r} is not a list of strings; write prompts:=\"['car', 'person']\"")
 
 
+def threshold_value(text: str) -> float:
+    """The threshold launch argument as a float (an integer such as 0 is fine).
+
+    Raises:
+        ValueError: not a number, so the launch fails with the value instead of the node.
+    """
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"threshold:={text!r} is not a number; write e.g. threshold:=0.4") from None
+
+
 def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
     """The node, with only the launch arguments that were given overriding the params file."""
     image = LaunchConfiguration("image").perform(context)
@@ -50,9 +68,13 @@ def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
     prompts = LaunchConfiguration("prompts").perform(context).strip()
     if prompts:
         overrides["prompts"] = prompt_list(prompts)
-    engine = LaunchConfiguration("engine").perform(context).strip()
-    if engine:
-        overrides["engine"] = engine
+    for name in ("engine", "model_id", "device", "dtype"):
+        value = LaunchConfiguration(name).perform(context).strip()
+        if value:
+            overrides[name] = value
+    threshold = LaunchConfiguration("threshold").perform(context).strip()
+    if threshold:
+        overrides["threshold"] = threshold_value(threshold)
     parameters: list[object] = [LaunchConfiguration("params_file")]
     if overrides:
         parameters.append(overrides)
@@ -85,6 +107,20 @@ def generate_launch_description() -> LaunchDescription:
                 default_value="",
                 choices=["", "auto", "torch", "ttnn"],
                 description="auto, torch or ttnn; empty: from params_file.",
+            ),
+            DeclareLaunchArgument(
+                "model_id",
+                default_value="",
+                description="Hugging Face model id, local path or tiny-random; empty: from params_file.",
+            ),
+            DeclareLaunchArgument(
+                "device", default_value="", description="Engine device (cpu, cuda:0); empty: params_file."
+            ),
+            DeclareLaunchArgument(
+                "dtype", default_value="", description="float32 or bfloat16; empty: from params_file."
+            ),
+            DeclareLaunchArgument(
+                "threshold", default_value="", description="Score threshold, 0 to 1; empty: from params_file."
             ),
             DeclareLaunchArgument(
                 "params_file", default_value=default_params, description="Node parameters (YAML)."

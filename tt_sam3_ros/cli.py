@@ -48,7 +48,7 @@ def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
     parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
     parser.add_argument(
-        "--threshold", type=float, default=0.5, help="score threshold in [0, 1) (default 0.5)"
+        "--threshold", type=float, default=0.5, help="score threshold in [0, 1] (default 0.5)"
     )
     parser.add_argument("--max-instances", type=int, default=50, help="most instances to keep (default 50)")
     _model_arguments(parser)
@@ -140,7 +140,7 @@ def _track_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
     parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
     parser.add_argument(
-        "--threshold", type=float, default=0.5, help="score threshold in [0, 1) (default 0.5)"
+        "--threshold", type=float, default=0.5, help="score threshold in [0, 1] (default 0.5)"
     )
     parser.add_argument("--max-instances", type=int, default=50, help="most instances per frame (default 50)")
     parser.add_argument(

@@ -31,6 +31,17 @@ def quoted(text: object, limit: int = UNTRUSTED_TEXT_LIMIT) -> str:
     return f"'{escaped}'{suffix}"
 
 
+def printable(text: object, limit: int = UNTRUSTED_TEXT_LIMIT) -> str:
+    """``text`` on one line and at most about ``limit`` characters, without quotes around it.
+
+    For a message that may embed untrusted text (an exception's message): control characters
+    are escaped and longer text is cut, saying how long it was, as ``quoted`` does.
+    """
+    value = text if isinstance(text, str) else str(text)
+    escaped = "".join(char if char.isprintable() else _escape(char) for char in value[:limit])
+    return escaped + (f"... ({len(value)} characters)" if len(value) > limit else "")
+
+
 def _escape(char: str) -> str:
     """A printable character as itself; anything else (newline, ESC, bidi controls) as an escape."""
     if char in "'\\":

@@ -29,7 +29,9 @@ Lifecycle (``autostart`` true runs configure and activate at start):
 
 from __future__ import annotations
 
+import copy
 import functools
+import logging
 import os
 import signal
 import sys
@@ -59,15 +61,17 @@ from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 from tt_sam3_ros import depth_pairing, messages
 from tt_sam3_ros.depth_pairing import DepthPairing, DepthStats
 from tt_sam3_ros.diagnostics import NodeView, segmentation_status
-from tt_sam3_ros.errors import InputError
+from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.node_parameters import (
     PARAMETERS,
     READ_AT_ACTIVATE,
     READ_AT_CONFIGURE,
     RELIABILITIES,
     RunSettings,
+    coerced,
     invalid_values,
     settings_from,
+    wrong_type,
 )
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
 from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker
@@ -75,6 +79,17 @@ from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker
 NODE_NAME = "sam3"
 #: Seconds between two log lines about the same kind of bad frame.
 LOG_THROTTLE_S = 5.0
+#: Frames failing in the engine in a row after which the engine counts as lost: the node says
+#: so and takes the lifecycle's error path (engine released, back to unconfigured) instead of
+#: failing every frame forever. A transient fault rarely hits this many frames in a row.
+ENGINE_ERROR_LIMIT = 5
+#: Longest exception message quoted in a log line or /diagnostics (it may hold input text).
+REASON_LIMIT = 240
+#: A second SIGINT/SIGTERM this soon after the first is the same request delivered twice
+#: (``ros2 launch`` forwards one to a process that already got the process group's).
+DUPLICATE_SIGNAL_WINDOW_S = 0.5
+#: The library's loggers, forwarded to the node's ROS logger (so /rosout hears them).
+LIBRARY_LOGGER = "tt_sam3_ros"
 
 # Outputs are reliable (a reliable publisher serves both best-effort and reliable
 # subscribers, so no consumer meets a QoS mismatch) and keep a few messages so a
@@ -110,10 +125,16 @@ class Sam3Node(LifecycleNode):
         super().__init__(NODE_NAME, **kwargs)
         # Set by main's signal handler: a configure still loading gives up at once.
         self._stop_requested = stop_requested or threading.Event()
+        self._log_forwarding = _forward_library_logging(self.get_logger())
         for name, (default, descriptor) in PARAMETERS.items():
-            self.declare_parameter(name, default, descriptor)
+            # Dynamically typed: a value of the wrong type reaches our check, which says what
+            # was expected with an example (rclpy's own check says "expected '9' got '6'").
+            dynamic = copy.deepcopy(descriptor)
+            dynamic.dynamic_typing = True
+            self.declare_parameter(name, None if isinstance(default, Parameter.Type) else default, dynamic)
         self._settings = RunSettings()
         self._check_startup_parameters()
+        self.add_pre_set_parameters_callback(self._coerce_parameters)
         self.add_on_set_parameters_callback(self._validate_parameter_change)
         self.add_post_set_parameters_callback(self._apply_parameter_change)
 
@@ -136,6 +157,8 @@ class Sam3Node(LifecycleNode):
         self._points_pub: LifecyclePublisher | None = None
         self._engine_info: dict[str, str] = {}
         self._release_lock = threading.Lock()
+        # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
+        self._engine_lost = False
 
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diagnostics_timer = self.create_timer(
@@ -160,26 +183,43 @@ class Sam3Node(LifecycleNode):
         return values
 
     def _check_startup_parameters(self) -> None:
-        """Validate values given with -p / --params-file, which bypass the set callback.
+        """Validate values given with -p / --params-file, which bypass the set callbacks.
 
         Raises:
-            ValueError: naming the parameter and what is wrong with it.
+            ValueError: naming the parameter, what is wrong with it and an example.
         """
+        for name in PARAMETERS:
+            parameter = self.get_parameter(name)
+            if name == "prompts" and parameter.type_ == Parameter.Type.NOT_SET:
+                continue  # unset: the node waits for prompts
+            reason = wrong_type(name, parameter.type_, parameter.value)
+            if reason:
+                raise ValueError(reason)
+            if coerced(parameter) is not parameter:
+                self.set_parameters([coerced(parameter)])
         values = self._parameter_values()
         reason = invalid_values(values)
         if reason:
             raise ValueError(reason)
         self._settings = settings_from(values)
 
+    @staticmethod
+    def _coerce_parameters(parameters: list[Parameter]) -> list[Parameter]:
+        """Before rclpy's checks: an integer given for a double is that double (threshold 0)."""
+        return [coerced(parameter) for parameter in parameters]
+
     def _validate_parameter_change(self, parameters: list[Parameter]) -> SetParametersResult:
         """Accept or refuse a set-parameters request as a whole, with the reason.
 
-        Runs before anything changes; types and ranges were already checked by rclpy
-        against the descriptors. Applying happens in ``_apply_parameter_change``.
+        Runs before anything changes; ranges were already checked by rclpy against the
+        descriptors, types are checked here (the parameters are dynamically typed).
+        Applying happens in ``_apply_parameter_change``.
         """
         values = self._parameter_values()
         for parameter in parameters:
-            refusal = self._refuse_now(parameter.name)
+            refusal = wrong_type(parameter.name, parameter.type_, parameter.value) or self._refuse_now(
+                parameter.name
+            )
             if refusal:
                 return SetParametersResult(successful=False, reason=refusal)
             values[parameter.name] = parameter.value
@@ -205,7 +245,7 @@ class Sam3Node(LifecycleNode):
         if changed & {"prompts", "threshold"}:
             self._publish_label_info()
         if "prompts" in changed:
-            self.get_logger().info(f"prompts now {list(self._settings.prompts)}")
+            self.get_logger().info(f"prompts now [{', '.join(quoted(p) for p in self._settings.prompts)}]")
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -223,6 +263,7 @@ class Sam3Node(LifecycleNode):
         """
         self._state = "configuring"
         self._slot = FrameSlot()
+        self._stats.start_run()
         values = self._parameter_values()
         request = {name: values[name] for name in READ_AT_CONFIGURE}
         worker = InferenceWorker(
@@ -272,10 +313,15 @@ class Sam3Node(LifecycleNode):
 
     @_transition
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop inference: unsubscribe and drop the pending frame; the engine stays loaded."""
+        """Stop inference: unsubscribe and drop the pending frame; the engine stays loaded.
+
+        ERROR instead when the engine was deemed lost: rclpy then runs ``on_error``.
+        """
         self._unsubscribe()
         if self._slot.clear():
             self._stats.count_dropped()
+        if self._engine_lost:
+            return TransitionCallbackReturn.ERROR
         self._state = "inactive"
         return super().on_deactivate(state)
 
@@ -297,6 +343,7 @@ class Sam3Node(LifecycleNode):
         """Release everything -> unconfigured (a later configure may succeed)."""
         self.get_logger().error(f"error while leaving state '{state.label}'; releasing the engine")
         self._release()
+        self._engine_lost = False
         return TransitionCallbackReturn.SUCCESS
 
     def shut_down(self) -> None:
@@ -315,9 +362,10 @@ class Sam3Node(LifecycleNode):
             self._unsubscribe()
             worker, self._worker = self._worker, None
             if worker is not None:
-                worker.stop()
+                # Said before stop(): the worker may log "engine released" at once.
                 if worker.is_alive():
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
+                worker.stop()
                 worker.join()
             for name in (
                 "_detections_pub",
@@ -334,6 +382,11 @@ class Sam3Node(LifecycleNode):
             self._engine_info = {}
             if self._state != "finalized":
                 self._state = "unconfigured"
+
+    def destroy_node(self) -> None:
+        """Stop forwarding the library's logging to this node's logger, then destroy it."""
+        _stop_forwarding(self._log_forwarding)
+        super().destroy_node()
 
     # ----------------------------------------------------------------- engine
 
@@ -367,7 +420,7 @@ class Sam3Node(LifecycleNode):
         """Log why configure failed: the message alone when it is actionable by itself."""
         from tt_sam3_ros.weights import WeightsError
 
-        self._stats.note_error(f"configure: {error}")
+        self._stats.note_error(f"configure: {printable(error, REASON_LIMIT)}")
         if isinstance(error, WeightsError | ValueError):
             self.get_logger().error(f"cannot configure: {error}")
         else:
@@ -468,10 +521,10 @@ class Sam3Node(LifecycleNode):
                 threshold=settings.threshold,
                 max_instances=settings.max_instances,
             )
-        except ValueError as error:
+        except InputError as error:
             self._count_rejected(frame, error)
             return
-        except Exception as error:
+        except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
             self._count_engine_error(error)
             return
         try:
@@ -546,18 +599,39 @@ class Sam3Node(LifecycleNode):
         age_ms = (self.get_clock().now().nanoseconds - stamp_ns) / 1e6 if stamp_ns else None
         self._stats.count_processed(processing_ms, age_ms)
 
-    def _count_rejected(self, frame: Frame, error: ValueError) -> None:
-        reason = f"bad input frame ({frame.msg.header.frame_id or 'no frame_id'}): {error}"
+    def _count_rejected(self, frame: Frame, error: InputError) -> None:
+        # Both come from the message: quoted and cut, so they cannot forge or flood a log line.
+        frame_id = frame.msg.header.frame_id
+        source = f"frame_id {quoted(frame_id)}" if frame_id else "no frame_id"
+        reason = f"bad input frame ({source}): {printable(error, REASON_LIMIT)}"
         self._stats.count_rejected(reason)
         self.get_logger().warning(f"skipped {reason}", throttle_duration_sec=LOG_THROTTLE_S)
 
     def _count_engine_error(self, error: Exception) -> None:
-        reason = f"engine error: {type(error).__name__}: {error}"
-        self._stats.count_engine_error(reason)
+        reason = f"engine error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
+        in_a_row = self._stats.count_engine_error(reason)
         self.get_logger().error(
             f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}",
             throttle_duration_sec=LOG_THROTTLE_S,
         )
+        if in_a_row == ENGINE_ERROR_LIMIT:
+            self._engine_given_up(reason)
+
+    def _engine_given_up(self, reason: str) -> None:
+        """Called on the worker thread: the engine failed ENGINE_ERROR_LIMIT frames in a row.
+
+        The lifecycle's error path (deactivate returns ERROR, on_error releases the engine,
+        the node ends unconfigured) runs on a thread of its own: it joins this worker.
+        """
+        summary = (
+            f"{ENGINE_ERROR_LIMIT} frames in a row failed in the engine (last: {reason}); "
+            "the engine looks lost: taking the lifecycle error path (engine released, node "
+            "unconfigured). Fix the device, then: ros2 lifecycle set /sam3 configure, activate"
+        )
+        self._stats.note_error(summary)
+        self.get_logger().fatal(summary)
+        self._engine_lost = True
+        threading.Thread(target=self.trigger_deactivate, name="sam3-engine-lost", daemon=True).start()
 
     # ----------------------------------------------------------------- diagnostics
 
@@ -585,32 +659,77 @@ class Sam3Node(LifecycleNode):
         return segmentation_status(view, self._stats.snapshot())
 
 
+class _RosLogHandler(logging.Handler):
+    """Forwards the library's Python log records to a ROS logger, so /rosout carries them too.
+
+    Why: the library (segmenter, weights, engines) logs with ``logging`` and never imports rclpy;
+    without this its lines ("random weights loaded", the engine choice) reach only stderr.
+    """
+
+    def __init__(self, ros_logger: Any) -> None:
+        super().__init__(level=logging.INFO)
+        self._ros_logger = ros_logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.levelno >= logging.ERROR:
+                self._ros_logger.error(text)
+            elif record.levelno >= logging.WARNING:
+                self._ros_logger.warning(text)
+            else:
+                self._ros_logger.info(text)
+        except Exception:
+            self.handleError(record)
+
+
+def _forward_library_logging(ros_logger: Any) -> tuple[logging.Handler, bool, int]:
+    """Attach a forwarding handler to the library's logger; returns what ``_stop_forwarding`` needs."""
+    library = logging.getLogger(LIBRARY_LOGGER)
+    handler = _RosLogHandler(ros_logger)
+    saved = (handler, library.propagate, library.level)
+    library.addHandler(handler)
+    library.propagate = False  # the ROS logger prints it already; no second copy on stderr
+    if library.getEffectiveLevel() > logging.INFO:
+        library.setLevel(logging.INFO)
+    return saved
+
+
+def _stop_forwarding(saved: tuple[logging.Handler, bool, int]) -> None:
+    handler, propagate, level = saved
+    library = logging.getLogger(LIBRARY_LOGGER)
+    library.removeHandler(handler)
+    library.propagate = propagate
+    library.setLevel(level)
+
+
 def main(args: list[str] | None = None) -> int:
     """Run the node until SIGINT/SIGTERM; exit 0 then, 1 when it could not start.
 
     rclpy's own signal handlers would shut the context down first, leaving the node
     unable to log to /rosout or announce its last transition; ours only ask the spin
     loop to stop, so the node goes through a real lifecycle shutdown while ROS is up.
+    The executor spins from the start, on its own thread, so /diagnostics, parameter and
+    lifecycle services answer while autostart's configure loads the model.
     """
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as error:  # rcl's RCLError, e.g. a -p value its YAML parser refuses
+        print(f"[FATAL] [{NODE_NAME}]: cannot start: {_rcl_reason(error)}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     _handle_stop_signals(stop)
     node: Sam3Node | None = None
     exit_code = 0
     try:
         node = Sam3Node(stop_requested=stop)
-        if node.autostart and not node.start():
-            exit_code = 0 if stop.is_set() else 1
-            if exit_code:
-                node.get_logger().fatal("could not start; see the error above")
-        else:
-            _spin_until(node, stop)
+        exit_code = _run(node, stop)
     except (
         ValueError,
         rclpy.exceptions.InvalidParameterTypeException,
         rclpy.exceptions.InvalidParameterValueException,
     ) as error:
-        rclpy.logging.get_logger(NODE_NAME).fatal(f"invalid parameters: {error}")
+        rclpy.logging.get_logger(NODE_NAME).fatal(f"invalid parameters: {printable(error, REASON_LIMIT)}")
         exit_code = 1
     finally:
         if node is not None:
@@ -620,35 +739,89 @@ def main(args: list[str] | None = None) -> int:
     return exit_code
 
 
-def _handle_stop_signals(stop: threading.Event) -> None:
-    """Make the first SIGINT/SIGTERM stop the node gracefully and a second one at once.
-
-    The first sets ``stop``: the frame or model load in flight finishes, then the device
-    is released. A second exits immediately, leaving the device to the driver's
-    process-exit cleanup, for a user who will not wait for a long model load.
-    """
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            rclpy.logging.get_logger(NODE_NAME).warning(f"second {signal.Signals(signum).name}: exiting now")
-            os._exit(130)
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
+def _rcl_reason(error: Exception) -> str:
+    """rcl's message without its source locations, with a hint for YAML's booleans."""
+    text = str(error).split(", at /")[0]
+    text = text.removeprefix("failed to initialize rcl: ")
+    if "Sequence should be of same type" in text:
+        text += (
+            "; YAML reads y, n, yes, no, on and off as booleans: quote each prompt, "
+            "e.g. -p \"prompts:=['car', 'y']\""
+        )
+    return printable(text, 2 * REASON_LIMIT)
 
 
-def _spin_until(node: Sam3Node, stop: threading.Event) -> None:
-    """Spin on two threads (transitions and diagnostics apart) until ``stop`` is set."""
+def _run(node: Sam3Node, stop: threading.Event) -> int:
+    """Spin on a thread of its own; autostart here meanwhile; wait for ``stop``. Returns the exit code."""
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
+    spinner = threading.Thread(target=_spin_until, args=(executor, stop), name="sam3-executor", daemon=True)
+    spinner.start()
+    exit_code = 0
+    try:
+        if node.autostart and not node.start() and not stop.is_set():
+            node.get_logger().fatal("could not start; see the error above")
+            exit_code = 1
+        else:
+            while not stop.wait(0.1) and spinner.is_alive():
+                pass
+    finally:
+        stop.set()
+        spinner.join()
+        _drain(executor)
+        executor.shutdown()
+    return exit_code
+
+
+def _spin_until(executor: MultiThreadedExecutor, stop: threading.Event) -> None:
+    """Spin (transitions and diagnostics on two threads) until ``stop`` is set or ROS is down."""
     try:
         while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=0.1)
     except ExternalShutdownException:
         pass
-    finally:
-        executor.shutdown()
+
+
+def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
+    """Wait for callbacks still running on the executor's pool before it is shut down.
+
+    Each finishing callback triggers the executor's guard condition, which ``shutdown``
+    destroys: a callback still running then fails with "cannot use Destroyable because
+    destruction was requested", printed at exit as an exception never retrieved.
+    rclpy keeps the in-flight tasks in ``_futures`` (no public accessor in rclpy 9).
+    """
+    deadline = time.monotonic() + timeout_s
+    for future in list(getattr(executor, "_futures", ())):
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if future.done() and future.exception() is not None:
+            rclpy.logging.get_logger(NODE_NAME).debug(f"callback failed at shutdown: {future.exception()}")
+
+
+def _handle_stop_signals(stop: threading.Event) -> None:
+    """Make the first SIGINT/SIGTERM stop the node gracefully and a later one at once.
+
+    The first sets ``stop``: the frame or model load in flight finishes, then the device
+    is released. One arriving within DUPLICATE_SIGNAL_WINDOW_S of it is the same request
+    delivered twice (a process-group SIGINT plus the one ``ros2 launch`` forwards) and is
+    ignored. A later one exits immediately, leaving the device to the driver's
+    process-exit cleanup, for a user who will not wait for a long model load.
+    """
+    first_s: list[float] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        if not first_s:
+            first_s.append(now)
+            stop.set()
+            return
+        if now - first_s[0] < DUPLICATE_SIGNAL_WINDOW_S:
+            return
+        rclpy.logging.get_logger(NODE_NAME).warning(f"second {signal.Signals(signum).name}: exiting now")
+        os._exit(130)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
 
 
 if __name__ == "__main__":

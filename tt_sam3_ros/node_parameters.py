@@ -18,7 +18,7 @@ from rclpy.qos import ReliabilityPolicy
 from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
 from tt_sam3_ros.engines import ENGINE_NAMES
-from tt_sam3_ros.errors import InputError
+from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
@@ -65,7 +65,8 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     "threshold": (
         DEFAULT_THRESHOLD,
         _describe(
-            "Keep instances whose score (sigmoid(logit) * sigmoid(presence)) is above this; below 1.",
+            "Keep instances whose score (sigmoid(logit) * sigmoid(presence)) is above this; "
+            "0 to 1, both included (1 keeps none).",
             floating_point_range=[
                 FloatingPointRange(from_value=THRESHOLD_RANGE[0], to_value=THRESHOLD_RANGE[1], step=0.0)
             ],
@@ -201,24 +202,114 @@ class RunSettings:
     depth: DepthSettings = field(default_factory=DepthSettings)
 
 
+#: Each parameter's ROS type, for the type check (the node declares them dynamically typed so
+#: that a wrong type gets this module's refusal, not rclpy's "expected '9' got '6'").
+TYPES: dict[str, Parameter.Type] = {
+    name: default if isinstance(default, Parameter.Type) else Parameter.Type.from_parameter_value(default)
+    for name, (default, _) in PARAMETERS.items()
+}
+_EMPTY_ARRAYS = {
+    Parameter.Type.BYTE_ARRAY,
+    Parameter.Type.BOOL_ARRAY,
+    Parameter.Type.INTEGER_ARRAY,
+    Parameter.Type.DOUBLE_ARRAY,
+    Parameter.Type.STRING_ARRAY,
+}
+
+
+def _example(name: str) -> str:
+    default = PARAMETERS[name][0]
+    if name == "prompts":
+        return "['car', 'person']"
+    if isinstance(default, bool):
+        return "true"
+    if isinstance(default, str):
+        return f"'{default}'" if default else "''"
+    return str(default)
+
+
+def coerced(parameter: Parameter) -> Parameter:
+    """An integer given for a double parameter, as that double (``-p threshold:=0`` means 0.0).
+
+    Any other parameter is returned unchanged; ``wrong_type`` judges it.
+    """
+    if (
+        parameter.name in TYPES
+        and TYPES[parameter.name] == Parameter.Type.DOUBLE
+        and parameter.type_ == Parameter.Type.INTEGER
+    ):
+        return Parameter(parameter.name, Parameter.Type.DOUBLE, float(parameter.value))
+    return parameter
+
+
+def wrong_type(name: str, type_: Parameter.Type, value: Any) -> str:
+    """Why a value of ``type_`` cannot be ``name``'s ('' when the type is right), with an example.
+
+    An empty array of any type is left to the value check (``ros2 param set /sam3 prompts "[]"``
+    sends a bool array), which says the list must not be empty.
+    """
+    expected = TYPES.get(name)
+    if expected is None or type_ == expected:
+        return ""
+    if type_ == Parameter.Type.NOT_SET:
+        return f"{name} cannot be unset; give a value, e.g. {_example(name)}"
+    if expected == Parameter.Type.STRING_ARRAY and type_ in _EMPTY_ARRAYS and len(value) == 0:
+        return ""
+    if expected == Parameter.Type.DOUBLE and type_ == Parameter.Type.INTEGER:
+        return ""
+    what = {
+        Parameter.Type.STRING_ARRAY: "a list of strings",
+        Parameter.Type.DOUBLE: "a number",
+        Parameter.Type.INTEGER: "an integer",
+        Parameter.Type.STRING: "a string",
+    }
+    if expected == Parameter.Type.BOOL:
+        needed = f"{name} must be true or false"
+    else:
+        needed = f"{name} must be {what[expected]}, e.g. {_example(name)}"
+    got = f"got {_type_words(type_)} {quoted(value)}"
+    if expected == Parameter.Type.STRING_ARRAY and type_ == Parameter.Type.BOOL_ARRAY:
+        got += (
+            "; YAML reads y, n, yes, no, on and off as booleans: quote such prompts, "
+            "e.g. -p \"prompts:=['car', 'y']\""
+        )
+    return f"{needed}; {got}"
+
+
+def _type_words(type_: Parameter.Type) -> str:
+    return {
+        Parameter.Type.BOOL: "a boolean",
+        Parameter.Type.INTEGER: "an integer",
+        Parameter.Type.DOUBLE: "a number",
+        Parameter.Type.STRING: "a string",
+        Parameter.Type.BYTE_ARRAY: "a list of bytes",
+        Parameter.Type.BOOL_ARRAY: "a list of booleans",
+        Parameter.Type.INTEGER_ARRAY: "a list of integers",
+        Parameter.Type.DOUBLE_ARRAY: "a list of numbers",
+        Parameter.Type.STRING_ARRAY: "a list of strings",
+    }.get(type_, str(type_))
+
+
 def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> str:
     """Why this combination of parameter values is unusable ('' when it is fine)."""
     prompts = values["prompts"]
     if prompts is not None or prompts_required:
         try:
-            validate_prompts(prompts if prompts is not None else [], max_prompts=values["max_prompts"])
+            validate_prompts(
+                prompts if prompts is not None else [], max_prompts=values["max_prompts"], exact=True
+            )
         except ValueError as error:
             return f"prompts rejected: {error}"
     low, high = THRESHOLD_RANGE
-    if not low <= values["threshold"] < high:
-        return f"threshold must be in [{low:g}, {high:g}), got {values['threshold']}"
+    if not low <= values["threshold"] <= high:
+        return f"threshold must be in [{low:g}, {high:g}], got {values['threshold']}"
     for name, choices in (
         ("engine", ENGINE_NAMES),
         ("transport", TRANSPORTS),
         ("qos_reliability", RELIABILITIES),
     ):
         if values[name] not in choices:
-            return f"{name} must be one of {', '.join(choices)}; got '{values[name]}'"
+            return f"{name} must be one of {', '.join(choices)}; got {quoted(values[name])}"
     try:
         _depth_limits(values)
     except InputError as error:
@@ -239,7 +330,7 @@ def settings_from(values: dict[str, Any]) -> RunSettings:
     """The worker's settings from valid parameter values (``invalid_values`` returned '')."""
     prompts = values["prompts"]
     return RunSettings(
-        prompts=tuple(validate_prompts(prompts, values["max_prompts"])) if prompts else (),
+        prompts=tuple(validate_prompts(prompts, values["max_prompts"], exact=True)) if prompts else (),
         threshold=float(values["threshold"]),
         max_instances=int(values["max_instances"]),
         publish_overlay=bool(values["publish_overlay"]),

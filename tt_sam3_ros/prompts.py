@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import InputError
+from .errors import InputError, quoted
 
 #: Most prompts one call may carry.
 MAX_PROMPTS = 16
@@ -16,11 +16,14 @@ MAX_PROMPTS = 16
 MAX_PROMPT_CHARS = 256
 
 
-def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS) -> list[str]:
+def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: bool = False) -> list[str]:
     """Check prompts and return them stripped of surrounding whitespace.
 
+    ``exact`` refuses surrounding whitespace instead of stripping it: the node publishes each
+    prompt as a class id, and a consumer matching the parameter's text must find it unchanged.
+
     Raises:
-        ValueError: naming the limit that was broken and the offending value.
+        InputError: naming the limit that was broken and the offending value.
     """
     if isinstance(prompts, str) or not isinstance(prompts, Sequence):
         raise InputError(f"prompts must be a list of strings, got {type(prompts).__name__}")
@@ -35,6 +38,13 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS) -> list[st
         text = prompt.strip()
         if not text:
             raise InputError(f"prompt {index} is empty or only whitespace")
+        if not text.isprintable():
+            raise InputError(f"prompt {index} {quoted(text)} holds a control character (newline, tab)")
+        if exact and text != prompt:
+            raise InputError(
+                f"prompt {index} {quoted(prompt)} has spaces around it; it is published as the class id "
+                f"exactly as given, so write {quoted(text)}"
+            )
         if len(text) > MAX_PROMPT_CHARS:
             raise InputError(
                 f"prompt {index} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} allowed"

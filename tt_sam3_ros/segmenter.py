@@ -33,7 +33,8 @@ DEFAULT_TEXT_CACHE_SIZE = 256
 DEFAULT_MAX_INSTANCES = 50
 #: Score an instance must exceed unless asked otherwise.
 DEFAULT_THRESHOLD = 0.5
-#: Thresholds accepted: [low, high). Scores lie in [0, 1], so 1 itself would keep nothing.
+#: Thresholds accepted, both ends included. Scores lie in [0, 1] and an instance is kept when
+#: its score is above the threshold, so 1 keeps nothing (a pause without unsubscribing).
 THRESHOLD_RANGE = (0.0, 1.0)
 
 
@@ -115,7 +116,7 @@ class Sam3Segmenter:
             image: uint8 RGB (H, W, 3) array (grey and RGBA accepted), a path, PNG/JPEG bytes
                 or a PIL image; each side between 2 and ``max_image_side`` pixels.
             prompts: 1 to 16 non-empty texts of at most 256 characters.
-            threshold: keep instances whose score is above this, in [0, 1).
+            threshold: keep instances whose score is above this, in [0, 1] (1 keeps none).
             max_instances: at most this many instances, best first (1..255 fit one mono8 mask).
 
         Raises:
@@ -195,8 +196,8 @@ class Sam3Segmenter:
 def check_settings(threshold: float, max_instances: int) -> None:
     """Raise ValueError unless threshold is in THRESHOLD_RANGE and max_instances in 1..255."""
     low, high = THRESHOLD_RANGE
-    if not low <= threshold < high:
-        raise ValueError(f"threshold must be in [{low:g}, {high:g}), got {threshold}")
+    if not low <= threshold <= high:
+        raise ValueError(f"threshold must be in [{low:g}, {high:g}], got {threshold}")
     if not 1 <= max_instances <= MAX_LABELLED_INSTANCES:
         raise ValueError(
             f"max_instances must be between 1 and {MAX_LABELLED_INSTANCES} (one mono8 mask), "

@@ -178,6 +178,11 @@ class FrameStats:
             self.last_outcome = "engine_error"
             return self.consecutive_engine_errors
 
+    def start_run(self) -> None:
+        """A new engine is in place: its errors in a row start from zero."""
+        with self.lock:
+            self.consecutive_engine_errors = 0
+
     def note_error(self, reason: str) -> None:
         """Record a failure outside frame handling (e.g. configure) as the last error."""
         with self.lock:
@@ -263,12 +268,15 @@ class InferenceWorker(threading.Thread):
         self.description: dict[str, str] = {}
 
     def run(self) -> None:
+        segmenter = None
         try:
             segmenter = self._build()
             self.description = dict(segmenter.describe())
             segmenter.warmup()
         except BaseException as error:  # reported by on_configure, which waits on ready
             self.startup_error = error
+            if segmenter is not None:
+                self._close_after_failed_start(segmenter)
             self.ready.set()
             return
         self.ready.set()
@@ -281,6 +289,17 @@ class InferenceWorker(threading.Thread):
         finally:
             segmenter.close()
             self._on_closed(self.description)
+
+    def _close_after_failed_start(self, segmenter: Any) -> None:
+        """Release a segmenter whose describe or warm-up failed: configure promises nothing held.
+
+        Warm-up is where a device fails first (compile, trace capture); a retried configure
+        must not find the chip still held by this one.
+        """
+        try:
+            segmenter.close()
+        except Exception:
+            self._logger.error(f"closing the engine after a failed start failed:\n{traceback.format_exc()}")
 
     def stop(self) -> None:
         """Ask the loop to end after the frame in flight; ``join`` to wait for the close."""

@@ -185,7 +185,7 @@ def test_prompts_set_through_the_service_apply_from_the_next_frame(sam3: Sam3Cli
         (["car", "  "], ParameterType.PARAMETER_STRING_ARRAY, "prompt 1 is empty"),
         ([f"thing {i}" for i in range(17)], ParameterType.PARAMETER_STRING_ARRAY, "too many prompts"),
         (["x" * 300], ParameterType.PARAMETER_STRING_ARRAY, "at most 256"),
-        ("car", ParameterType.PARAMETER_STRING, "Wrong parameter type"),
+        ("car", ParameterType.PARAMETER_STRING, "prompts must be a list of strings, e.g."),
     ],
     ids=["empty-list", "blank-prompt", "17-prompts", "too-long", "a-string"],
 )
@@ -210,7 +210,7 @@ def test_prompts_still_in_force_after_rejected_sets(sam3: Sam3Client) -> None:
         ("max_image_side", 512, "read at configure"),
         ("engine", "torch", "read at configure"),
         ("transport", "compressed", "read at activate"),
-        ("threshold", 1.0, "threshold must be in [0, 1)"),
+        ("threshold", 1.5, "threshold out of range Min: 0.0, Max: 1.0"),
         ("max_instances", 300, "max_instances"),
         ("max_prompts", 1, "too many prompts"),  # two prompts are set
     ],

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 LAUNCH_FILE = Path(__file__).resolve().parents[2] / "launch" / "sam3.launch.py"
-ARGUMENTS = {"image", "prompts", "engine", "params_file", "namespace"}
+ARGUMENTS = {"image", "prompts", "engine", "model_id", "device", "dtype", "threshold", "params_file"}
+ARGUMENTS |= {"namespace"}
 
 
 def test_launch_file_is_python_with_a_generate_launch_description() -> None:
@@ -65,3 +66,10 @@ def test_bad_prompts_argument_fails_the_launch(text: str) -> None:
     module, _ = _load_launch_module()
     with pytest.raises(ValueError, match="not a list of strings"):
         module.prompt_list(text)
+
+
+def test_threshold_argument_is_read_as_a_number() -> None:
+    module, _ = _load_launch_module()
+    assert module.threshold_value("0") == 0.0 and module.threshold_value("0.4") == 0.4
+    with pytest.raises(ValueError, match="not a number"):
+        module.threshold_value("high")

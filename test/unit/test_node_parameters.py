@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"prompts": ["car", "person"]}, ""),
         ({"prompts": ["car", "person"], "max_prompts": 1}, "too many prompts: 2 given, at most 1"),
         ({"prompts": []}, "must not be empty"),
-        ({"threshold": 1.0}, "threshold must be in [0, 1)"),
+        ({"threshold": 1.5}, "threshold must be in [0, 1]"),
         ({"engine": "gpu"}, "engine must be one of auto, torch, ttnn"),
         ({"transport": "theora"}, "transport must be one of raw, compressed"),
         ({"qos_reliability": "RELIABLE"}, "qos_reliability must be one of best_effort, reliable"),
@@ -107,3 +108,72 @@ def test_depth_parameters_reach_the_worker_settings() -> None:
     assert (settings.limits.min_m, settings.limits.max_m, settings.limits.min_points) == (0.3, 4.0, 7)
     assert (settings.max_skew_s, settings.points_stride) == (0.05, 2)
     assert "depth" in READ_AT_ACTIVATE and PARAMETERS["depth"][0] is False  # off by default
+
+
+def test_the_threshold_descriptor_and_the_check_agree_on_the_range() -> None:
+    (low_high,) = PARAMETERS["threshold"][1].floating_point_range
+    for value in (low_high.from_value, low_high.to_value):  # ROS ranges are closed: both ends allowed
+        assert invalid_values({**_defaults(), "threshold": value}) == "", value
+    for value in (low_high.from_value - 1e-9, low_high.to_value + 1e-9):
+        assert "threshold must be in" in invalid_values({**_defaults(), "threshold": value}), value
+
+
+def test_a_prompt_with_surrounding_spaces_is_refused_so_class_id_is_the_parameter_text() -> None:
+    reason = invalid_values({**_defaults(), "prompts": ["car", " person "]}, prompts_required=True)
+    assert "prompt 1" in reason and "'person'" in reason, reason
+
+
+@pytest.fixture
+def sam3_node() -> Iterator[object]:
+    """A real node in this process (autostart off: no engine is built)."""
+    import rclpy
+
+    from tt_sam3_ros.node import Sam3Node
+
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    node = Sam3Node(context=context, parameter_overrides=[Parameter("autostart", value=False)])
+    yield node
+    node.destroy_node()
+    rclpy.try_shutdown(context=context)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("prompts", "car", "prompts must be a list of strings, e.g. ['car', 'person']"),
+        ("prompts", [True, False], "quote such prompts"),  # what YAML makes of [y, n]
+        ("prompts", [1, 2], "prompts must be a list of strings, e.g. ['car', 'person']"),
+        ("threshold", "high", "threshold must be a number, e.g. 0.5"),
+        ("max_instances", 2.5, "max_instances must be an integer, e.g. 50"),
+        ("publish_overlay", "yes", "publish_overlay must be true or false"),
+        ("engine", 3, "engine must be a string, e.g. 'auto'"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_with_the_expected_type_and_an_example(
+    sam3_node, name: str, value: object, expected: str
+) -> None:
+    before = sam3_node.get_parameter(name).value if name != "prompts" else None
+    (result,) = sam3_node.set_parameters([Parameter(name, value=value)])
+    assert not result.successful
+    assert expected in result.reason, result.reason
+    assert "Wrong parameter type" not in result.reason
+    if before is not None:
+        assert sam3_node.get_parameter(name).value == before
+
+
+def test_an_empty_list_of_any_type_is_refused_as_no_prompts(sam3_node) -> None:
+    # ``ros2 param set /sam3 prompts "[]"`` sends an empty bool array.
+    from rcl_interfaces.msg import Parameter as ParameterMsg
+    from rcl_interfaces.msg import ParameterType, ParameterValue
+
+    message = ParameterMsg(name="prompts", value=ParameterValue(type=ParameterType.PARAMETER_BOOL_ARRAY))
+    empty = Parameter.from_parameter_msg(message)
+    (result,) = sam3_node.set_parameters([empty])
+    assert not result.successful and "prompts must not be empty" in result.reason, result.reason
+
+
+def test_an_integer_threshold_is_taken_as_a_number(sam3_node) -> None:
+    (result,) = sam3_node.set_parameters([Parameter("threshold", value=0)])
+    assert result.successful, result.reason
+    assert sam3_node._settings.threshold == 0.0

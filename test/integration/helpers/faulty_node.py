@@ -2,6 +2,8 @@
 
 - A frame whose top-left pixel is ``FAULT_PIXEL`` makes the engine's decoder raise
   mid-inference (after the image encoder ran), as a device fault would.
+- ``$SAM3_BUILD_DELAY_S`` seconds are slept before the segmenter is built, so a test can
+  talk to the node while it configures (a first hub download or a device compile is slow).
 - Every ``Sam3Segmenter.close()`` appends a line to the file named by ``$SAM3_CLOSE_LOG``,
   so a test can see that the device was released, and how often.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -45,11 +48,20 @@ def install() -> None:
 
     def close(self: Sam3Segmenter) -> None:
         original_close(self)
-        with open(os.environ["SAM3_CLOSE_LOG"], "a") as log:
+        with open(os.environ.get("SAM3_CLOSE_LOG", os.devnull), "a") as log:
             log.write(f"closed on thread {threading.current_thread().name}\n")
 
     Sam3Segmenter.__call__ = call
     Sam3Segmenter.close = close
+
+    build = node.Sam3Node._build_segmenter
+    delay_s = float(os.environ.get("SAM3_BUILD_DELAY_S", "0"))
+
+    def slow_build(self: node.Sam3Node, request: dict[str, Any]) -> Any:
+        time.sleep(delay_s)
+        return build(self, request)
+
+    node.Sam3Node._build_segmenter = slow_build
 
 
 if __name__ == "__main__":

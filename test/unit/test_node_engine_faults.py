@@ -1,0 +1,183 @@
+"""The node's handling of engine faults and bad frames, with a scripted segmenter in this process.
+
+A real ``Sam3Node`` (real rclpy, its own context, sandboxed DDS) whose ``_build_segmenter`` is
+replaced by a stand-in, so a test can make warm-up fail, make the engine raise on a frame, or
+send a frame the decoder refuses, and then read what a user would read: the lifecycle state,
+the /diagnostics values and the log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import rclpy
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Image
+
+from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
+from tt_sam3_ros.results import SegmentationResult
+from tt_sam3_ros.worker import Frame
+
+
+class ScriptedSegmenter:
+    """Stands in for Sam3Segmenter: records close(), fails where told to."""
+
+    def __init__(self, fail_warmup: bool = False, fail_with: Exception | None = None) -> None:
+        self.fail_warmup = fail_warmup
+        self.fail_with = fail_with
+        self.closed = 0
+        self.calls = 0
+
+    def describe(self) -> dict[str, str]:
+        return {"engine": "scripted", "device": "none", "dtype": "none"}
+
+    def warmup(self) -> None:
+        if self.fail_warmup:
+            raise RuntimeError("trace capture failed")
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def __call__(self, rgb: np.ndarray, prompts: list[str], **_: Any) -> SegmentationResult:
+        self.calls += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        return SegmentationResult(image_size=rgb.shape[:2], prompts=list(prompts), instances=[], presence={})
+
+
+@pytest.fixture
+def context() -> Iterator[rclpy.context.Context]:
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    yield context
+    rclpy.try_shutdown(context=context)
+
+
+def _node(context: rclpy.context.Context, segmenters: list[ScriptedSegmenter]) -> Sam3Node:
+    """A node that builds the given segmenters in turn, one per configure."""
+    overrides = [
+        Parameter("autostart", value=False),
+        Parameter("model_id", value="tiny-random"),
+        Parameter("prompts", value=["car"]),
+    ]
+    sam3 = Sam3Node(context=context, parameter_overrides=overrides)
+    queue = list(segmenters)
+    sam3._build_segmenter = lambda request: queue.pop(0)
+    return sam3
+
+
+def _image(frame_id: str = "cam", encoding: str = "rgb8", width: int = 8, height: int = 6) -> Image:
+    msg = Image(height=height, width=width, encoding=encoding, step=width * 3)
+    msg.data = bytes(width * height * 3)
+    msg.header.frame_id = frame_id
+    return msg
+
+
+def _wait(condition: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(condition())
+
+
+def test_a_warmup_failure_releases_the_engine_and_a_second_configure_succeeds(context) -> None:
+    failing, working = ScriptedSegmenter(fail_warmup=True), ScriptedSegmenter()
+    sam3 = _node(context, [failing, working])
+    try:
+        assert sam3.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert failing.closed == 1, "the engine that failed its warm-up was never closed"
+        assert sam3._diagnostic_status().values[0].value == "unconfigured"
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert working.closed == 0
+    finally:
+        sam3.shut_down()
+        sam3.destroy_node()
+    assert working.closed == 1
+
+
+def _handle(sam3: Sam3Node, segmenter: ScriptedSegmenter, msg: Image) -> dict[str, str]:
+    sam3._handle_frame(segmenter, Frame(msg, time.monotonic()))
+    return {kv.key: kv.value for kv in sam3._diagnostic_status().values}
+
+
+def test_only_input_errors_count_as_bad_input(context) -> None:
+    sam3 = _node(context, [])
+    try:
+        # A ValueError raised inside the engine (torch raises them) is an engine fault.
+        engine_fault = ScriptedSegmenter(fail_with=ValueError("expected 4D input (got 3D input)"))
+        values = _handle(sam3, engine_fault, _image())
+        assert (values["frames_rejected"], values["engine_errors"]) == ("0", "1")
+        assert "engine error: ValueError: expected 4D input" in values["last_error"]
+        # A frame the decoder refuses is bad input, and the engine never sees it.
+        healthy = ScriptedSegmenter()
+        values = _handle(sam3, healthy, _image(encoding="yuv422"))
+        assert (values["frames_rejected"], values["engine_errors"]) == ("1", "1")
+        assert healthy.calls == 0
+    finally:
+        sam3.destroy_node()
+
+
+@pytest.mark.parametrize(
+    ("frame_id", "encoding"),
+    [
+        ("cam\n[FATAL] [sam3]: forged line\x1b[2J", "rgb8x"),
+        ("cam", "x" * 100_000),
+        ("f" * 100_000, "bayer_rggb99\r\n"),
+    ],
+    ids=["forged-frame-id", "huge-encoding", "huge-frame-id"],
+)
+def test_untrusted_text_in_the_reason_is_quoted_and_bounded(context, frame_id: str, encoding: str) -> None:
+    sam3 = _node(context, [])
+    try:
+        values = _handle(sam3, ScriptedSegmenter(), _image(frame_id=frame_id, encoding=encoding))
+        status = sam3._diagnostic_status()
+        assert values["frames_rejected"] == "1"
+        for text in (values["last_error"], status.message):
+            assert len(text) < 400, f"{len(text)} characters"
+            assert text.isprintable(), repr(text[:200])
+        assert "bad input frame" in values["last_error"]
+    finally:
+        sam3.destroy_node()
+
+
+def test_a_run_of_engine_errors_takes_the_lifecycle_error_path(context) -> None:
+    lost = ScriptedSegmenter(fail_with=RuntimeError("device lost: no response from the chip"))
+    sam3 = _node(context, [lost])
+    try:
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        for _ in range(ENGINE_ERROR_LIMIT):
+            calls = lost.calls
+            sam3._on_image(_image())
+            assert _wait(lambda c=calls: lost.calls > c or sam3._state != "active")
+        assert _wait(lambda: sam3._state == "unconfigured"), sam3._state
+        assert lost.closed == 1, "the lost engine was not released"
+        assert sam3._state_machine.current_state[1] == "unconfigured"
+        assert lost.calls == ENGINE_ERROR_LIMIT
+    finally:
+        sam3.shut_down()
+        sam3.destroy_node()
+
+
+def test_library_log_lines_reach_the_node_logger(context, monkeypatch) -> None:
+    import logging
+
+    sam3 = _node(context, [])
+    heard: list[tuple[str, str]] = []
+    logger = sam3.get_logger()
+    for level in ("info", "warning", "error"):
+
+        def record(self: object, text: str, level: str = level, **_: object) -> None:
+            heard.append((level, text))
+
+        monkeypatch.setattr(type(logger), level, record)
+    try:
+        logging.getLogger("tt_sam3_ros.segmenter").warning("random weights loaded (%s)", "tiny-random")
+        assert ("warning", "random weights loaded (tiny-random)") in heard
+    finally:
+        sam3.destroy_node()
