@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .engines import TTNN_DTYPE_NAMES
 from .engines.base import EngineError
 from .errors import InputError
 from .tiny_model import TINY_MODEL_ID
@@ -71,6 +72,26 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtype", default=None, help="float32 or bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
     )
+    parser.add_argument(
+        "--ttnn-weight-cache",
+        default=None,
+        help="ttnn engine: folder for converted weights (restarts skip it)",
+    )
+    parser.add_argument(
+        "--ttnn-weight-dtype", default=None, choices=TTNN_DTYPE_NAMES, help="ttnn engine: matmul weights"
+    )
+    parser.add_argument(
+        "--ttnn-param-dtype", default=None, choices=TTNN_DTYPE_NAMES, help="ttnn engine: norms and biases"
+    )
+
+
+def _ttnn_options(args: argparse.Namespace) -> dict[str, object]:
+    """The ttnn engine's options from the command line (None: the engine's default)."""
+    return {
+        "weight_cache": args.ttnn_weight_cache,
+        "weight_dtype": args.ttnn_weight_dtype,
+        "param_dtype": args.ttnn_param_dtype,
+    }
 
 
 def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
@@ -110,6 +131,7 @@ def _run_segment(args: argparse.Namespace) -> int:
         engine=args.engine,
         device=args.device,
         dtype=args.dtype,
+        ttnn_options=_ttnn_options(args),
     ) as segmenter:
         result = segmenter(rgb, prompts, threshold=args.threshold, max_instances=args.max_instances)
         details = segmenter.describe()
@@ -195,6 +217,7 @@ def _run_track(args: argparse.Namespace) -> int:
             engine=args.engine,
             device=args.device,
             dtype=args.dtype,
+            ttnn_options=_ttnn_options(args),
         ) as segmenter,
     ):
         tracker = Sam3Tracker(segmenter, max_age_s=args.max_age_s, min_iou=args.min_iou)

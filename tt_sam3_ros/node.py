@@ -414,6 +414,11 @@ class Sam3Node(LifecycleNode):
             device=request["device"] or None,
             dtype=request["dtype"] or None,
             max_image_side=request["max_image_side"],
+            ttnn_options={
+                "weight_cache": request["ttnn_weight_cache"] or None,
+                "weight_dtype": request["ttnn_weight_dtype"],
+                "param_dtype": request["ttnn_param_dtype"],
+            },
         )
 
     def _report_configure_failure(self, error: BaseException) -> None:

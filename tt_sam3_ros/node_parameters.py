@@ -17,7 +17,7 @@ from rclpy.qos import ReliabilityPolicy
 
 from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
-from tt_sam3_ros.engines import ENGINE_NAMES
+from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES
 from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
@@ -40,7 +40,18 @@ DYNAMIC = (
     "depth_max_m",
     "points_stride",
 )
-READ_AT_CONFIGURE = ("engine", "device", "dtype", "model_id", "revision", "weights_dir", "max_image_side")
+READ_AT_CONFIGURE = (
+    "engine",
+    "device",
+    "dtype",
+    "ttnn_weight_cache",
+    "ttnn_weight_dtype",
+    "ttnn_param_dtype",
+    "model_id",
+    "revision",
+    "weights_dir",
+    "max_image_side",
+)
 READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth", "depth")
 
 
@@ -100,6 +111,27 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         _describe("Engine device, e.g. cpu, cuda:0, or a ttnn device id; empty: the engine's default."),
     ),
     "dtype": ("", _describe("Compute dtype, e.g. float32 or bfloat16; empty: the engine's default.")),
+    "ttnn_weight_cache": (
+        "",
+        _describe(
+            "ttnn engine: folder for its converted weights, so a restart skips the conversion; "
+            "empty: no cache. Read at configure."
+        ),
+    ),
+    "ttnn_weight_dtype": (
+        "bfloat8_b",
+        _describe(
+            "ttnn engine: device dtype of the matmul weights. Read at configure.",
+            additional_constraints="one of: " + ", ".join(TTNN_DTYPE_NAMES),
+        ),
+    ),
+    "ttnn_param_dtype": (
+        "bfloat16",
+        _describe(
+            "ttnn engine: device dtype of norms, biases and position terms. Read at configure.",
+            additional_constraints="one of: " + ", ".join(TTNN_DTYPE_NAMES),
+        ),
+    ),
     "model_id": (
         "facebook/sam3",
         _describe(
@@ -305,6 +337,8 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
         return f"threshold must be in [{low:g}, {high:g}], got {values['threshold']}"
     for name, choices in (
         ("engine", ENGINE_NAMES),
+        ("ttnn_weight_dtype", TTNN_DTYPE_NAMES),
+        ("ttnn_param_dtype", TTNN_DTYPE_NAMES),
         ("transport", TRANSPORTS),
         ("qos_reliability", RELIABILITIES),
     ):

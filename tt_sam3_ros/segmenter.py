@@ -68,8 +68,11 @@ class Sam3Segmenter:
         device: str | None = None,
         dtype: str | None = None,
         max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
+        ttnn_options: dict[str, object] | None = None,
     ) -> Sam3Segmenter:
         """Load weights (weights.py decides from where) and open the engine.
+
+        ``ttnn_options``: the ttnn engine's weight_cache, weight_dtype, param_dtype (engines.TTNN_OPTIONS).
 
         Raises:
             tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.
@@ -81,7 +84,9 @@ class Sam3Segmenter:
         loaded = load_sam3(model_id=model_id, revision=revision, weights_dir=weights_dir)
         if loaded.is_random:
             LOG.warning("random weights loaded (%s)", loaded.source)
-        runner = create_engine(engine, loaded.model, loaded.tokenizer, device=device, dtype=dtype)
+        runner = create_engine(
+            engine, loaded.model, loaded.tokenizer, device=device, dtype=dtype, ttnn_options=ttnn_options
+        )
         return cls(runner, max_image_side, model_description=loaded.source, is_random=loaded.is_random)
 
     def describe(self) -> dict[str, str]:

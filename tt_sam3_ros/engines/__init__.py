@@ -18,6 +18,7 @@ __all__ = [
     "ENGINE_NAMES",
     "MASK_SIDE",
     "MODEL_SIDE",
+    "TTNN_DTYPE_NAMES",
     "DecodedBatch",
     "Engine",
     "EngineError",
@@ -29,6 +30,10 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 ENGINE_NAMES = ("auto", "torch", "ttnn")
+#: Device dtypes the ttnn engine takes for its weights (weight_dtype) and parameters (param_dtype).
+TTNN_DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
+#: The ttnn engine's options that callers (node, CLI) may pass through create_engine.
+TTNN_OPTIONS = ("weight_cache", "weight_dtype", "param_dtype")
 #: Where the Tenstorrent kernel driver exposes its chips.
 TENSTORRENT_DEVICE_DIR = Path("/dev/tenstorrent")
 
@@ -63,18 +68,33 @@ def choose_engine(requested: str, device: str | None) -> tuple[str, str]:
 
 
 def create_engine(
-    requested: str, model: Any, tokenizer: Any, device: str | None = None, dtype: str | None = None
+    requested: str,
+    model: Any,
+    tokenizer: Any,
+    device: str | None = None,
+    dtype: str | None = None,
+    ttnn_options: dict[str, Any] | None = None,
 ) -> Engine:
-    """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model."""
+    """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model.
+
+    ``ttnn_options`` (names in TTNN_OPTIONS; None values mean the engine's default) go to the
+    ttnn engine; the torch engine has no use for them, and says so once when any is set.
+    """
+    options = {key: value for key, value in (ttnn_options or {}).items() if value not in (None, "")}
+    unknown = sorted(set(options) - set(TTNN_OPTIONS))
+    if unknown:
+        raise EngineError(f"unknown ttnn option(s) {unknown}; known: {', '.join(TTNN_OPTIONS)}")
     name, reason = choose_engine(requested, device)
     LOG.info("engine %s chosen: %s", name, reason)
+    if name != "ttnn" and options:
+        LOG.warning("ttnn engine options %s are ignored: the %s engine runs", sorted(options), name)
     if name == "ttnn":
         try:
             from .ttnn_engine import TtnnEngine
         except ImportError as error:
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
         device_id = int(device) if device not in (None, "", "auto") else 0
-        return TtnnEngine(model=model, tokenizer=tokenizer, device_id=device_id, dtype=dtype)
+        return TtnnEngine(model=model, tokenizer=tokenizer, device_id=device_id, dtype=dtype, **options)
     from .torch_engine import TorchEngine
 
     return TorchEngine(model, tokenizer, device=device, dtype=dtype)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from .base import DecodedBatch, EngineError
 from .ttnn_model import neck
 from .ttnn_model.config import ImagePathConfig, patchify
@@ -59,9 +60,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-
-#: Device dtypes the engine's weight_dtype and param_dtype accept.
-DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
 
 
 class PromptPath(Protocol):

@@ -1,0 +1,53 @@
+"""The ttnn engine's options (weight cache, device dtypes) from the command line and create_engine,
+run on the emulator standing in for the environment's ttnn."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+@pytest.fixture
+def ttnn_installed(ttnn, monkeypatch):
+    """The emulator as the environment's `ttnn` (what tt-metal's python_env provides on a host)."""
+    monkeypatch.setitem(sys.modules, "ttnn", ttnn)
+    return ttnn
+
+
+def test_the_cli_passes_the_ttnn_options_to_the_engine(ttnn_installed, tmp_path: Path) -> None:
+    from tt_sam3_ros import cli
+
+    picture = tmp_path / "frame.png"
+    Image.fromarray(np.full((60, 80, 3), 90, np.uint8)).save(picture)
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    status = cli.main([
+        "segment", str(picture), "--prompt", "car", "--model", "tiny-random", "--engine", "ttnn",
+        "--ttnn-weight-cache", str(cache), "--ttnn-weight-dtype", "bfloat16", "--out", str(out),
+    ])  # fmt: skip
+    assert status == 0
+    report = json.loads((out / "frame.json").read_text())
+    assert report["engine"]["engine"] == "ttnn"
+    assert "bfloat16 weights" in report["engine"]["dtype"]
+    cached = list(cache.rglob("*.emulated.pt"))
+    assert cached and all("BFLOAT16" in path.name for path in cached)  # every weight in the dtype asked
+
+
+def test_create_engine_hands_the_options_over_and_refuses_unknown_ones(
+    ttnn_installed, tiny_model, tokenizer, caplog
+) -> None:
+    from tt_sam3_ros.engines import EngineError, create_engine
+
+    with create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"param_dtype": "float32"}) as engine:
+        assert engine.weights["layers.0.fc1.bias"].dtype == ttnn_installed.float32
+        assert engine.weights["layers.0.fc1.weight"].dtype == ttnn_installed.bfloat8_b  # the default
+    with pytest.raises(EngineError, match="unknown ttnn option"):
+        create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"weights_dtype": "bfloat16"})
+    with caplog.at_level(logging.WARNING):
+        create_engine("torch", tiny_model, tokenizer, device="cpu", ttnn_options={"weight_dtype": "bfloat16"})
+    assert "ttnn engine options ['weight_dtype'] are ignored" in caplog.text
