@@ -1,4 +1,8 @@
-"""Blackhole section: the image path on a mock p150a (real ttnn 0.81.1, no card) and its cost model.
+"""Blackhole section: host work per frame, the image path on a mock p150a (real ttnn 0.81.1, no
+card) and its cost model.
+
+First the host table (benchmarks/blackhole_host.py: host work per frame, today's input path beside
+a uint8 upload, with the wheel's own conversions).
 
 Tables from one forward of the engine's image path, run by tools/ttnn_mock/image_path.py in
 .venv-ttnn with NO_DISPATCH graph capture, one capture per stage (and once more, one per op):
@@ -28,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import report, trace_cost
+from . import blackhole_host, report, trace_cost
 
 REPO = Path(__file__).resolve().parents[1]
 TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
@@ -288,6 +292,7 @@ def print_cost_model(result: dict[str, Any]) -> None:
 
 
 def main(quick: bool) -> None:
+    blackhole_host.print_host_table(quick)
     sys.path.insert(0, str(REPO / "tools"))
     from ttnn_mock import manifest
 
