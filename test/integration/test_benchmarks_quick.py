@@ -53,6 +53,7 @@ def test_gpu_check_runs_on_the_cpu(tmp_path: Path) -> None:
     stage_rows = [line.split() for line in out.splitlines() if line.startswith("eager ")]
     assert [row[1] for row in stage_rows] == ["1", "4", "16"]
     assert "frame ms (text cached)" in out and "frame ms (text encoded)" in out
+    assert "frame ms (20 kept)" in out
     assert "transformers' documented usage vs ours (eager), float32" in out
     assert "compile_image_encoder is offered on CUDA devices only" in out
     assert "model latency check:" in out
