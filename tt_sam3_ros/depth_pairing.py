@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
@@ -179,6 +180,10 @@ def answer(
     cloud = None
     if want_cloud:
         points = depth.labelled_points(labels, grid, camera, settings.limits, settings.points_stride)
+        # Each point names its object by its detection's id (the track id while tracking), as
+        # Detection3D.id does; the mask value k is only the detection's position in this frame.
+        ids = np.array([0, *(int(d.id) for d in detections_2d.detections)], dtype=points["instance"].dtype)
+        points["instance"] = ids[points["instance"]]
         cloud = messages_3d.cloud_to_message(points, header)
     return Answer3D(detections, cloud)
 

@@ -153,7 +153,8 @@ def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
 def instance_mask_to_image(labels: np.ndarray, header: Header) -> Image:
     """Wrap a uint8 (height, width) instance label image as a mono8 sensor_msgs/Image.
 
-    Pixel value 0 is background and k is the k-th detection (``Detection2D.id == str(k)``).
+    Pixel value 0 is background and k is the k-th detection of the same frame's
+    Detection2DArray (1-based), whether its ``id`` is a track id or its position.
     """
     if labels.dtype != np.uint8 or labels.ndim != 2:
         raise InputError(f"expected uint8 (height, width) labels, got {labels.dtype} {labels.shape}")
@@ -175,7 +176,8 @@ def _packed_image(pixels: np.ndarray, encoding: str, header: Header) -> Image:
 def result_to_detections(result: SegmentationResult, header: Header) -> Detection2DArray:
     """One Detection2D per labelled instance, in mask-id order, all stamped with ``header``.
 
-    Detection k (1-based) has ``id == str(k)``, the value of its pixels in the mask;
+    Detection k (1-based) is the instance whose pixels have value k in the mask. Its ``id`` is
+    the instance's track id when it has one (kept across frames), else ``str(k)``;
     ``results[0].hypothesis`` holds the prompt text as ``class_id`` and the instance score;
     the box is in source-image pixels (centre and size). Instances beyond the 255 a mono8
     mask can hold are left out here too, so every detection has its pixels in the mask.
@@ -187,7 +189,7 @@ def result_to_detections(result: SegmentationResult, header: Header) -> Detectio
         x1, y1, x2, y2 = instance.box
         detection = Detection2D()
         detection.header = header
-        detection.id = str(instance_id)
+        detection.id = str(instance_id if instance.track_id is None else instance.track_id)
         hypothesis = ObjectHypothesisWithPose()
         hypothesis.hypothesis.class_id = instance.prompt
         hypothesis.hypothesis.score = float(instance.score)

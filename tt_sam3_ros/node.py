@@ -74,6 +74,7 @@ from tt_sam3_ros.node_parameters import (
     wrong_type,
 )
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
+from tt_sam3_ros.tracking import InstanceTracker
 from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker
 
 NODE_NAME = "sam3"
@@ -159,6 +160,9 @@ class Sam3Node(LifecycleNode):
         self._release_lock = threading.Lock()
         # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
         self._engine_lost = False
+        # One tracker for the node's life, so a track id is never given twice, cleanup included.
+        # Only the worker thread touches it (and _release, once the worker has ended).
+        self._tracker = InstanceTracker(self._settings.track_max_age_s, self._settings.track_min_iou)
 
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diagnostics_timer = self.create_timer(
@@ -380,6 +384,7 @@ class Sam3Node(LifecycleNode):
                     self.destroy_lifecycle_publisher(publisher)
                     setattr(self, name, None)
             self._engine_info = {}
+            self._tracker.reset()
             if self._state != "finalized":
                 self._state = "unconfigured"
 
@@ -532,6 +537,7 @@ class Sam3Node(LifecycleNode):
         except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
             self._count_engine_error(error)
             return
+        result = self._track(result, frame, settings)
         try:
             self._publish_result(frame.msg.header, rgb, result, settings)
         except Exception as error:
@@ -540,6 +546,20 @@ class Sam3Node(LifecycleNode):
             self._count_engine_error(error)
             return
         self._count_processed(frame.msg.header, (time.monotonic() - started) * 1000.0)
+
+    def _track(self, result: Any, frame: Frame, settings: RunSettings) -> Any:
+        """Give the instances their track ids (tracking on), or forget the tracks (off).
+
+        Tracks age by the image stamps; a stream without stamps ages them by arrival time.
+        Tracks of prompts that were removed are dropped by the tracker itself.
+        """
+        if not settings.tracking:
+            self._tracker.reset()
+            return result
+        self._tracker.configure(settings.track_max_age_s, settings.track_min_iou)
+        stamp = frame.msg.header.stamp
+        stamp_s = stamp.sec + stamp.nanosec * 1e-9 if (stamp.sec or stamp.nanosec) else frame.received_s
+        return self._tracker.update(result, stamp_s)
 
     @staticmethod
     def _decode(msg: Image | CompressedImage) -> np.ndarray:

@@ -23,6 +23,7 @@ from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
+from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, check_tracking_settings
 
 TRANSPORTS = ("raw", "compressed")
 RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
@@ -39,7 +40,13 @@ DYNAMIC = (
     "depth_min_m",
     "depth_max_m",
     "points_stride",
+    "tracking",
+    "track_max_age_s",
+    "track_min_iou",
 )
+#: The ranges the descriptors state (the tracker's own check refuses 0 and below for both).
+TRACK_MAX_AGE_RANGE = (0.01, 3600.0)
+TRACK_MIN_IOU_RANGE = (0.01, 1.0)
 READ_AT_CONFIGURE = (
     "engine",
     "device",
@@ -98,6 +105,36 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         ),
     ),
     "publish_overlay": (True, _describe("Draw ~/overlay (rgb8) while someone subscribes to it.")),
+    "tracking": (
+        True,
+        _describe(
+            "Give each detection a track id kept from frame to frame (Detection2D.id); false: ids are "
+            "the detections' positions 1..N. Switching it changes nothing else; tracks restart."
+        ),
+    ),
+    "track_max_age_s": (
+        DEFAULT_MAX_AGE_S,
+        _describe(
+            "Seconds (image stamps) a track survives without a matching detection; its id is never reused.",
+            floating_point_range=[
+                FloatingPointRange(
+                    from_value=TRACK_MAX_AGE_RANGE[0], to_value=TRACK_MAX_AGE_RANGE[1], step=0.0
+                )
+            ],
+        ),
+    ),
+    "track_min_iou": (
+        DEFAULT_MIN_IOU,
+        _describe(
+            "Least mask IoU between a detection and a track's motion-predicted mask for it to continue "
+            "that track (same prompt only).",
+            floating_point_range=[
+                FloatingPointRange(
+                    from_value=TRACK_MIN_IOU_RANGE[0], to_value=TRACK_MIN_IOU_RANGE[1], step=0.0
+                )
+            ],
+        ),
+    ),
     "engine": (
         "auto",
         _describe(
@@ -232,6 +269,9 @@ class RunSettings:
     max_instances: int = DEFAULT_MAX_INSTANCES
     publish_overlay: bool = True
     depth: DepthSettings = field(default_factory=DepthSettings)
+    tracking: bool = True
+    track_max_age_s: float = DEFAULT_MAX_AGE_S
+    track_min_iou: float = DEFAULT_MIN_IOU
 
 
 #: Each parameter's ROS type, for the type check (the node declares them dynamically typed so
@@ -335,6 +375,10 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
     low, high = THRESHOLD_RANGE
     if not low <= values["threshold"] <= high:
         return f"threshold must be in [{low:g}, {high:g}], got {values['threshold']}"
+    try:
+        check_tracking_settings(values["track_max_age_s"], values["track_min_iou"])
+    except InputError as error:
+        return str(error)
     for name, choices in (
         ("engine", ENGINE_NAMES),
         ("ttnn_weight_dtype", TTNN_DTYPE_NAMES),
@@ -373,4 +417,7 @@ def settings_from(values: dict[str, Any]) -> RunSettings:
             max_skew_s=float(values["depth_max_skew_s"]),
             points_stride=int(values["points_stride"]),
         ),
+        tracking=bool(values["tracking"]),
+        track_max_age_s=float(values["track_max_age_s"]),
+        track_min_iou=float(values["track_min_iou"]),
     )

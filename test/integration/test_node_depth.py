@@ -101,25 +101,30 @@ def _check_frame(detections_2d, mask, detections_3d, cloud) -> None:
     assert detections_3d.header == detections_2d.header and cloud.header == detections_2d.header
     labels = mask_pixels(mask)
     by_id = {d.id: d for d in detections_2d.detections}
+    # Mask value k is the k-th 2D detection; its id (a track id while tracking) names it in 3D.
+    value_of = {d.id: k for k, d in enumerate(detections_2d.detections, start=1)}
     measured = {d.id: d for d in detections_3d.detections}
     # The plane is behind every pixel: each instance with enough mask pixels is measured.
-    expected_ids = {i for i in by_id if np.count_nonzero(labels == int(i)) >= MIN_POINTS}
+    expected_ids = {i for i in by_id if np.count_nonzero(labels == value_of[i]) >= MIN_POINTS}
     assert set(measured) == expected_ids and expected_ids, "the tiny model at threshold 0 gives instances"
     for instance_id, detection in measured.items():
         assert detection.header == detections_2d.header
         source = by_id[instance_id].results[0].hypothesis
         assert detection.results[0].hypothesis.class_id == source.class_id
         assert detection.results[0].hypothesis.score == source.score
-        truth = scene.plane_points(labels == int(instance_id))
+        truth = scene.plane_points(labels == value_of[instance_id])
         position, size = detection.bbox.center.position, detection.bbox.size
         _check_statistics(truth, (position.x, position.y, position.z), (size.x, size.y, size.z))
         assert detection.bbox.center.orientation.w == 1.0
     points = cloud_from_message(cloud)
     assert cloud.is_dense and not cloud.is_bigendian and cloud.height == 1
     strided = labels[::STRIDE, ::STRIDE]
-    assert set(np.unique(points["instance"])) == {int(v) for v in np.unique(strided) if v}
-    for value in np.unique(points["instance"]):
-        mine = points[points["instance"] == value]
+    id_of_value = {k: int(d.id) for k, d in enumerate(detections_2d.detections, start=1)}
+    assert set(np.unique(points["instance"])) == {id_of_value[int(v)] for v in np.unique(strided) if v}
+    for value in np.unique(strided):
+        if not value:
+            continue
+        mine = points[points["instance"] == id_of_value[int(value)]]
         keep = np.zeros_like(labels, dtype=bool)
         keep[::STRIDE, ::STRIDE] = strided == value
         expected = scene.plane_points(keep)

@@ -132,6 +132,22 @@ def test_answer_measures_the_instance_and_labels_the_cloud() -> None:
     assert no_cloud.cloud is None
 
 
+def test_with_track_ids_the_3d_detection_and_its_cloud_points_carry_the_track_id() -> None:
+    header, result, pixels = one_instance_frame(lambda f: f.depth_16uc1())
+    tracked = SegmentationResult(
+        result.image_size, result.prompts, [result.instances[0].with_track_id(7)], result.presence
+    )
+    labels = tracked.instance_mask()  # mask value 1: the frame's first detection
+    detections = messages.result_to_detections(tracked, header)
+    pairing = depth_pairing.Pairing(depth_msg(77 * MS, pixels), info_msg())
+    answer = depth_pairing.answer(
+        header, tracked, labels, detections, pairing, DepthSettings(), want_cloud=True
+    )
+    (detection,) = answer.detections.detections
+    assert detection.id == detections.detections[0].id == "7"
+    assert set(messages_3d.cloud_from_message(answer.cloud)["instance"]) == {7}
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

@@ -67,6 +67,9 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"qos_reliability": "RELIABLE"}, "qos_reliability must be one of best_effort, reliable"),
         ({"depth_min_m": 2.0, "depth_max_m": 1.0}, "depth_max_m must be finite and above depth_min_m"),
         ({"depth_max_m": 0.0}, "depth_max_m must be finite and above depth_min_m (0.1)"),
+        ({"tracking": False, "track_max_age_s": 5.0, "track_min_iou": 1.0}, ""),
+        ({"track_max_age_s": 0.0}, "track_max_age_s must be a finite number of seconds above 0"),
+        ({"track_min_iou": 0.0}, "track_min_iou must be in (0, 1]"),
     ],
 )
 def test_parameter_combinations_are_checked_together(changes: dict[str, object], reason: str) -> None:

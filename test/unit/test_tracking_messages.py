@@ -1,0 +1,47 @@
+"""Tracked results as ROS messages: Detection2D.id is the track id, the mask rule is positional."""
+
+from __future__ import annotations
+
+import numpy as np
+from std_msgs.msg import Header
+
+from tt_sam3_ros import messages
+from tt_sam3_ros.node_parameters import PARAMETERS, settings_from
+from tt_sam3_ros.results import Instance, SegmentationResult
+from tt_sam3_ros.tracking import InstanceTracker
+
+
+def square(score: float, left: int, prompt: str = "car") -> Instance:
+    crop = np.ones((10, 10), dtype=bool)
+    return Instance(prompt, 0, score, (float(left), 5.0, left + 10.0, 15.0), crop, (5, left), (40, 80))
+
+
+def test_detection_ids_are_track_ids_and_mask_value_k_is_the_kth_detection() -> None:
+    tracker = InstanceTracker()
+    tracker.update(SegmentationResult((40, 80), ["car"], [square(0.9, 10)], {}), 0.0)
+    # A new, better-scoring object comes first in the frame: position 1, a new track id.
+    result = tracker.update(
+        SegmentationResult((40, 80), ["car"], [square(0.95, 50), square(0.9, 11)], {}), 0.1
+    )
+    detections = messages.result_to_detections(result, Header())
+    assert [d.id for d in detections.detections] == ["2", "1"]
+    labels = result.instance_mask()
+    assert labels[10, 55] == 1 and labels[10, 15] == 2  # positions, not track ids
+    mask = messages.instance_mask_to_image(labels, Header())
+    pixels = np.frombuffer(bytes(mask.data), np.uint8).reshape(40, 80)
+    for k, detection in enumerate(detections.detections, start=1):
+        box = detection.bbox
+        assert pixels[int(box.center.position.y), int(box.center.position.x)] == k
+
+
+def test_untracked_results_keep_positional_ids() -> None:
+    result = SegmentationResult((40, 80), ["car"], [square(0.9, 10), square(0.8, 50)], {})
+    assert [d.id for d in messages.result_to_detections(result, Header()).detections] == ["1", "2"]
+
+
+def test_the_node_settings_carry_the_tracking_parameters() -> None:
+    values = {name: (None if name == "prompts" else default) for name, (default, _) in PARAMETERS.items()}
+    defaults = settings_from(values)
+    assert (defaults.tracking, defaults.track_max_age_s, defaults.track_min_iou) == (True, 1.0, 0.3)
+    changed = settings_from({**values, "tracking": False, "track_max_age_s": 2.5, "track_min_iou": 0.6})
+    assert (changed.tracking, changed.track_max_age_s, changed.track_min_iou) == (False, 2.5, 0.6)
