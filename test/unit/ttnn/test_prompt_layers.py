@@ -1,0 +1,167 @@
+"""The prompt path's layers in TT-NN ops, run through the emulator against transformers (float32).
+
+Each layer gets random weights at a gain where attention matters (the residual alone scores far
+below the gate, printed), bfloat8_b matmul weights and bfloat16 activations as on the chip, and the
+gate PCC >= 0.99. A negative control (key and value projections of the cross-attention swapped)
+runs the same check and must fail it, so the gate can tell a wrong layer from a right one.
+Full size is transformers' Sam3Config(): width 256, 8 heads of 32, MLP 2048, 72 x 72 image tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+PCC_GATE = 0.99
+#: Prompt tokens as the model sees them: 32 text tokens and the geometry encoder's class token.
+PROMPT_TOKENS = 33
+
+
+def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.flatten().double(), b.flatten().double()
+    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+
+
+def randomise(module: torch.nn.Module, seed: int) -> None:
+    """Weights of unit gain (std 1/sqrt(fan_in)) and perturbed norms: attention cannot hide."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=generator) / m.in_features**0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=generator) * 0.1)
+            elif isinstance(m, torch.nn.LayerNorm):
+                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=generator))
+                m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=generator))
+
+
+def prompt_validity(tokens: int = PROMPT_TOKENS, text: int = 20) -> torch.Tensor:
+    """(1, tokens) bool: `text` real text tokens, then text padding, then the class token."""
+    valid = torch.zeros(1, tokens, dtype=torch.bool)
+    valid[:, :text] = True
+    valid[:, -1] = True
+    return valid
+
+
+def swap_key_value(host: dict, prefix: str) -> dict:
+    """The negative control: the attention's key and value projections exchanged."""
+    bad = dict(host)
+    for part in ("weight", "bias"):
+        bad[f"{prefix}k.{part}"], bad[f"{prefix}v.{part}"] = (
+            host[f"{prefix}v.{part}"],
+            host[f"{prefix}k.{part}"],
+        )
+    return bad
+
+
+class Chip:
+    """An emulated device with the engine's settings, and uploads as the engine makes them."""
+
+    def __init__(self, ttnn) -> None:
+        from tt_sam3_ros.engines.ttnn_model.config import device_settings
+
+        self.ttnn = ttnn
+        self.device = ttnn.open_device(device_id=0)
+        self.settings = device_settings(ttnn, self.device)
+
+    def weights(self, host: dict) -> dict:
+        from tt_sam3_ros.engines.ttnn_model.weights import upload
+
+        return upload(self.ttnn, self.device, host, self.ttnn.bfloat8_b, self.ttnn.bfloat16)
+
+    def tensor(self, values: torch.Tensor):
+        ttnn = self.ttnn
+        return ttnn.from_torch(
+            values,
+            dtype=ttnn.bfloat16,
+            layout=ttnn.TILE_LAYOUT,
+            device=self.device,
+            memory_config=ttnn.DRAM_MEMORY_CONFIG,
+        )
+
+    def read(self, tensor) -> torch.Tensor:
+        return self.ttnn.to_torch(tensor).float()
+
+
+# fusion encoder -----------------------------------------------------------------------------
+def encoder_case(hidden: int, heads: int, intermediate: int, side: int, seed: int = 0):
+    """A randomised Sam3DetrEncoderLayer, its inputs and transformers' float32 output."""
+    from transformers.models.sam3.configuration_sam3 import Sam3DETREncoderConfig
+    from transformers.models.sam3.modeling_sam3 import Sam3DetrEncoderLayer
+
+    config = Sam3DETREncoderConfig(
+        hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate
+    )
+    config._attn_implementation = "eager"
+    layer = Sam3DetrEncoderLayer(config).eval()
+    randomise(layer, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    tokens = side * side
+    inputs = {
+        "vision": torch.randn(1, tokens, hidden, generator=generator),
+        "position": torch.randn(1, tokens, hidden, generator=generator),
+        "prompt": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": prompt_validity(),
+    }
+    mask = torch.where(inputs["valid"], 0.0, float("-inf")).reshape(1, 1, 1, PROMPT_TOKENS)
+    with torch.no_grad():
+        want = layer(inputs["vision"], inputs["prompt"], inputs["position"], prompt_cross_attn_mask=mask)
+    return layer, inputs, want
+
+
+def run_encoder_layer(chip: Chip, host: dict, layer, inputs: dict) -> torch.Tensor:
+    from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
+    from tt_sam3_ros.engines.ttnn_model.fusion_encoder import fusion_encoder_layer
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig, padded_length
+
+    tokens, prompt = inputs["vision"].shape[1], inputs["prompt"]
+    padded = padded_length(prompt.shape[1])
+    out = fusion_encoder_layer(
+        chip.ttnn,
+        chip.tensor(inputs["vision"]),
+        chip.tensor(torch.nn.functional.pad(prompt, (0, 0, 0, padded - prompt.shape[1]))),
+        chip.tensor(inputs["position"]),
+        chip.tensor(key_padding_mask(tokens, inputs["valid"], padded)),
+        chip.weights(host),
+        PromptLayerConfig.from_layer(layer),
+        chip.settings,
+    )
+    return chip.read(out)
+
+
+@pytest.fixture(scope="module")
+def full_encoder_case():
+    return encoder_case(hidden=256, heads=8, intermediate=2048, side=72)
+
+
+def test_fusion_encoder_layer_tiny_matches_transformers(ttnn):
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
+
+    layer, inputs, want = encoder_case(hidden=32, heads=2, intermediate=64, side=8)
+    got = run_encoder_layer(Chip(ttnn), prepare_fusion_encoder_layer(layer), layer, inputs)
+    assert got.shape == want.shape
+    residual_only = pcc(inputs["vision"], want)
+    print(f"tiny fusion encoder layer: PCC {pcc(got, want):.5f} (residual alone {residual_only:.3f})")
+    assert pcc(got, want) >= PCC_GATE
+
+
+def test_fusion_encoder_layer_full_size_matches_transformers(ttnn, full_encoder_case):
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
+
+    layer, inputs, want = full_encoder_case
+    got = run_encoder_layer(Chip(ttnn), prepare_fusion_encoder_layer(layer), layer, inputs)
+    assert got.shape == want.shape == (1, 72 * 72, 256)
+    residual_only = pcc(inputs["vision"], want)
+    print(f"full-size fusion encoder layer: PCC {pcc(got, want):.5f} (residual alone {residual_only:.3f})")
+    assert residual_only < PCC_GATE - 0.1
+    assert pcc(got, want) >= PCC_GATE
+
+
+def test_fusion_encoder_negative_control_fails_the_gate(ttnn, full_encoder_case):
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
+
+    layer, inputs, want = full_encoder_case
+    host = swap_key_value(prepare_fusion_encoder_layer(layer), "cross_attn.")
+    got = run_encoder_layer(Chip(ttnn), host, layer, inputs)
+    print(f"full-size fusion encoder layer, cross-attention K/V swapped: PCC {pcc(got, want):.5f}")
+    assert pcc(got, want) < PCC_GATE

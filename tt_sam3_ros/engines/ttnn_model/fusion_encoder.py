@@ -1,0 +1,88 @@
+"""transformers' Sam3DetrEncoderLayer (the fusion encoder) in TT-NN ops.
+
+One layer, pre-norm: image tokens attend to themselves (queries and keys carry the sine
+position encoding, values do not), then to the prompt tokens, then an MLP, each with a residual.
+
+Shapes (bfloat16, TILE, DRAM interleaved; B = prompts in the batch):
+    vision   (B, S, C)  image tokens (S = 72 * 72 = 5184 for SAM 3: 162 tiles).
+    position (B or 1, S, C) the image's sine position encoding.
+    prompt   (B, T, C)  prompt tokens padded to a tile (T = 64 for 32 text tokens + the
+                        geometry encoder's class token).
+    mask     (B, 1, S, T) additive key mask (attention.key_padding_mask): 0 for a real prompt
+                        token, attention.MASKED for text padding and tile padding.
+Weights: prompt_weights.prepare_fusion_encoder_layer, uploaded with weights.upload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .attention import multi_head_attention, projection, sub_weights
+from .config import DeviceSettings
+from .prompt_config import PromptLayerConfig
+
+
+def layer_norm(
+    ttnn: Any, x: Any, w: dict[str, Any], name: str, config: PromptLayerConfig, settings: DeviceSettings
+) -> Any:
+    """LayerNorm with w[name.weight], w[name.bias] and the layer's epsilon."""
+    return ttnn.layer_norm(
+        x,
+        epsilon=config.eps,
+        weight=w[f"{name}.weight"],
+        bias=w[f"{name}.bias"],
+        memory_config=settings.memory,
+        compute_kernel_config=settings.exact_kernel,
+    )
+
+
+def mlp(ttnn: Any, x: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:
+    """Sam3MLP: fc2(relu(fc1(x))), the relu fused into the first matmul; leaves x allocated."""
+    expanded = projection(ttnn, x, w, "mlp.fc1", settings, activation="relu")
+    out = projection(ttnn, expanded, w, "mlp.fc2", settings)
+    ttnn.deallocate(expanded)
+    return out
+
+
+def _residual(ttnn: Any, x: Any, update: Any, settings: DeviceSettings) -> Any:
+    """x + update; consumes both."""
+    out = ttnn.add(x, update, memory_config=settings.memory)
+    ttnn.deallocate(x)
+    ttnn.deallocate(update)
+    return out
+
+
+def fusion_encoder_layer(
+    ttnn: Any,
+    vision: Any,
+    prompt: Any,
+    position: Any,
+    mask: Any,
+    w: dict[str, Any],
+    config: PromptLayerConfig,
+    settings: DeviceSettings,
+) -> Any:
+    """Sam3DetrEncoderLayer: consumes `vision`, returns the updated (B, S, C) image tokens.
+
+    `prompt`, `position` and `mask` stay allocated (every layer reads them).
+    """
+    normed = layer_norm(ttnn, vision, w, "ln1", config, settings)
+    positioned = ttnn.add(normed, position, memory_config=settings.memory)
+    attended = multi_head_attention(
+        ttnn, positioned, positioned, normed, sub_weights(w, "self_attn."), config.attention, settings
+    )
+    ttnn.deallocate(positioned)
+    ttnn.deallocate(normed)
+    hidden = _residual(ttnn, vision, attended, settings)
+
+    normed = layer_norm(ttnn, hidden, w, "ln2", config, settings)
+    attended = multi_head_attention(
+        ttnn, normed, prompt, prompt, sub_weights(w, "cross_attn."), config.attention, settings, mask
+    )
+    ttnn.deallocate(normed)
+    hidden = _residual(ttnn, hidden, attended, settings)
+
+    normed = layer_norm(ttnn, hidden, w, "ln3", config, settings)
+    expanded = mlp(ttnn, normed, w, settings)
+    ttnn.deallocate(normed)
+    return _residual(ttnn, hidden, expanded, settings)

@@ -1,0 +1,93 @@
+"""Weights of the prompt path (fusion encoder and decoder layers), prepared on the host in pure
+torch, in the style of weights.py and uploaded with its ``upload`` (matmul weights bfloat8_b,
+norms and biases bfloat16, all TILE in DRAM).
+
+Layouts:
+- q, k, v projections (C, H*Dp): transposed for x @ W, each head's columns zero-padded from D
+  to Dp when D is not a tile multiple (the tiny model's 16); their biases (1, H*Dp) likewise;
+- the output projection (H*Dp, C) with the matching zero rows, so padding changes nothing;
+- MLP fc1 (C, I), fc2 (I, C); every bias and LayerNorm parameter a (1, N) row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .attention import AttentionShape
+from .weights import HostWeight
+
+
+def _matrix(weight: torch.Tensor) -> torch.Tensor:
+    return weight.detach().float().t().contiguous()
+
+
+def _row(values: torch.Tensor) -> HostWeight:
+    return HostWeight(values.detach().float().reshape(1, -1), "param")
+
+
+def _pad_head_columns(matrix: torch.Tensor, shape: AttentionShape) -> torch.Tensor:
+    """(rows, H*D) -> (rows, H*Dp): zero columns after each head's D."""
+    rows = matrix.shape[0]
+    shaped = matrix.reshape(rows, shape.heads, shape.head_dim)
+    padding = shape.head_dim_padded - shape.head_dim
+    return torch.nn.functional.pad(shaped, (0, padding)).reshape(rows, shape.width).contiguous()
+
+
+def prepare_attention(attention: Any, prefix: str) -> dict[str, HostWeight]:
+    """transformers' Sam3Attention -> q, k, v, o weights and biases for attention.py."""
+    shape = AttentionShape.of(attention.hidden_size, attention.num_attention_heads)
+    weights: dict[str, HostWeight] = {}
+    for name in ("q", "k", "v"):
+        linear = getattr(attention, f"{name}_proj")
+        weights[f"{prefix}{name}.weight"] = HostWeight(
+            _pad_head_columns(_matrix(linear.weight), shape), "matmul"
+        )
+        weights[f"{prefix}{name}.bias"] = HostWeight(
+            _pad_head_columns(linear.bias.detach().float().reshape(1, -1), shape), "param"
+        )
+    out = _pad_head_columns(attention.o_proj.weight.detach().float(), shape).t().contiguous()
+    weights[prefix + "o.weight"] = HostWeight(out, "matmul")
+    weights[prefix + "o.bias"] = _row(attention.o_proj.bias)
+    return weights
+
+
+def _norm(norm: torch.nn.LayerNorm, prefix: str) -> dict[str, HostWeight]:
+    return {prefix + "weight": _row(norm.weight), prefix + "bias": _row(norm.bias)}
+
+
+def _mlp(mlp: Any, prefix: str) -> dict[str, HostWeight]:
+    return {
+        prefix + "fc1.weight": HostWeight(_matrix(mlp.fc1.weight), "matmul"),
+        prefix + "fc1.bias": _row(mlp.fc1.bias),
+        prefix + "fc2.weight": HostWeight(_matrix(mlp.fc2.weight), "matmul"),
+        prefix + "fc2.bias": _row(mlp.fc2.bias),
+    }
+
+
+def prepare_fusion_encoder_layer(layer: Any, prefix: str = "") -> dict[str, HostWeight]:
+    """transformers' Sam3DetrEncoderLayer -> named host weights for fusion_encoder.py."""
+    weights = {
+        **_norm(layer.layer_norm1, prefix + "ln1."),
+        **prepare_attention(layer.self_attn, prefix + "self_attn."),
+        **_norm(layer.layer_norm2, prefix + "ln2."),
+        **prepare_attention(layer.cross_attn, prefix + "cross_attn."),
+        **_norm(layer.layer_norm3, prefix + "ln3."),
+        **_mlp(layer.mlp, prefix + "mlp."),
+    }
+    return weights
+
+
+def prepare_decoder_layer(layer: Any, prefix: str = "") -> dict[str, HostWeight]:
+    """transformers' Sam3DetrDecoderLayer -> named host weights for decoder.py."""
+    return {
+        **prepare_attention(layer.self_attn, prefix + "self_attn."),
+        **_norm(layer.self_attn_layer_norm, prefix + "self_attn_norm."),
+        **prepare_attention(layer.text_cross_attn, prefix + "text_attn."),
+        **_norm(layer.text_cross_attn_layer_norm, prefix + "text_attn_norm."),
+        **prepare_attention(layer.vision_cross_attn, prefix + "vision_attn."),
+        **_norm(layer.vision_cross_attn_layer_norm, prefix + "vision_attn_norm."),
+        **_mlp(layer.mlp, prefix + "mlp."),
+        **_norm(layer.mlp_layer_norm, prefix + "mlp_norm."),
+    }
