@@ -165,3 +165,115 @@ def test_fusion_encoder_negative_control_fails_the_gate(ttnn, full_encoder_case)
     got = run_encoder_layer(Chip(ttnn), host, layer, inputs)
     print(f"full-size fusion encoder layer, cross-attention K/V swapped: PCC {pcc(got, want):.5f}")
     assert pcc(got, want) < PCC_GATE
+
+
+# decoder ------------------------------------------------------------------------------------
+def decoder_case(hidden: int, heads: int, intermediate: int, side: int, queries: int, seed: int = 0):
+    """A randomised Sam3DetrDecoderLayer, its inputs and transformers' float32 output.
+
+    The box bias is random (std 2, so it steers the vision attention) with the presence row
+    zero, as the decoder builds it.
+    """
+    from transformers.models.sam3.configuration_sam3 import Sam3DETRDecoderConfig
+    from transformers.models.sam3.modeling_sam3 import Sam3DetrDecoderLayer
+
+    config = Sam3DETRDecoderConfig(
+        hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate, num_queries=queries
+    )
+    config._attn_implementation = "eager"
+    layer = Sam3DetrDecoderLayer(config).eval()
+    randomise(layer, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    tokens, rows = side * side, 1 + queries
+    bias = torch.randn(1, heads, queries, tokens, generator=generator) * 2
+    inputs = {
+        "hidden": torch.randn(1, rows, hidden, generator=generator),
+        "query_pos": torch.randn(1, queries, hidden, generator=generator),
+        "text": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": prompt_validity(),
+        "vision": torch.randn(1, tokens, hidden, generator=generator),
+        "vision_pos": torch.randn(1, tokens, hidden, generator=generator),
+        "box_bias": torch.nn.functional.pad(bias, (0, 0, 1, 0)),
+    }
+    text_mask = torch.where(inputs["valid"], 0.0, float("-inf")).reshape(1, 1, 1, PROMPT_TOKENS)
+    with torch.no_grad():
+        want = layer(
+            inputs["hidden"],
+            query_pos=inputs["query_pos"],
+            text_features=inputs["text"],
+            vision_features=inputs["vision"],
+            vision_pos_encoding=inputs["vision_pos"],
+            text_cross_attn_mask=text_mask,
+            vision_cross_attn_mask=inputs["box_bias"],
+        )
+    return layer, inputs, want
+
+
+def run_decoder_layer(chip: Chip, host: dict, layer, inputs: dict) -> torch.Tensor:
+    from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
+    from tt_sam3_ros.engines.ttnn_model.decoder import DecoderInputs, decoder_layer
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig, padded_length
+
+    pad = torch.nn.functional.pad
+    rows = inputs["hidden"].shape[1]
+    padded_rows, padded_text = padded_length(rows), padded_length(inputs["text"].shape[1])
+    vision = chip.tensor(inputs["vision"])
+    tensors = DecoderInputs(
+        query_pos=chip.tensor(pad(inputs["query_pos"], (0, 0, 1, padded_rows - rows))),
+        self_mask=chip.tensor(
+            key_padding_mask(padded_rows, torch.ones(1, rows, dtype=torch.bool), padded_rows)
+        ),
+        text=chip.tensor(pad(inputs["text"], (0, 0, 0, padded_text - inputs["text"].shape[1]))),
+        text_mask=chip.tensor(key_padding_mask(padded_rows, inputs["valid"], padded_text)),
+        vision=vision,
+        vision_keyed=chip.ttnn.add(vision, chip.tensor(inputs["vision_pos"])),
+        box_bias=chip.tensor(pad(inputs["box_bias"], (0, 0, 0, padded_rows - rows))),
+    )
+    hidden = chip.tensor(pad(inputs["hidden"], (0, 0, 0, padded_rows - rows)))
+    out = decoder_layer(
+        chip.ttnn, hidden, tensors, chip.weights(host), PromptLayerConfig.from_layer(layer), chip.settings
+    )
+    return chip.read(out)[:, :rows]
+
+
+@pytest.fixture(scope="module")
+def full_decoder_case():
+    return decoder_case(hidden=256, heads=8, intermediate=2048, side=72, queries=200)
+
+
+def test_decoder_layer_tiny_matches_transformers(ttnn):
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_decoder_layer
+
+    layer, inputs, want = decoder_case(hidden=32, heads=2, intermediate=64, side=8, queries=20)
+    got = run_decoder_layer(Chip(ttnn), prepare_decoder_layer(layer), layer, inputs)
+    assert got.shape == want.shape
+    print(f"tiny decoder layer: PCC {pcc(got, want):.5f}")
+    assert pcc(got, want) >= PCC_GATE
+
+
+def test_decoder_layer_full_size_matches_transformers(ttnn, full_decoder_case):
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_decoder_layer
+
+    layer, inputs, want = full_decoder_case
+    got = run_decoder_layer(Chip(ttnn), prepare_decoder_layer(layer), layer, inputs)
+    assert got.shape == want.shape == (1, 201, 256)
+    print(f"full-size decoder layer (200 queries + presence in 224 rows): PCC {pcc(got, want):.5f}")
+    assert pcc(got, want) >= PCC_GATE
+
+
+def test_decoder_negative_controls_fail_the_gate(ttnn, full_decoder_case):
+    """Swapped K/V in the vision cross-attention, and the box bias left out: both must fail."""
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_decoder_layer
+
+    layer, inputs, want = full_decoder_case
+    chip = Chip(ttnn)
+    swapped = run_decoder_layer(
+        chip, swap_key_value(prepare_decoder_layer(layer), "vision_attn."), layer, inputs
+    )
+    unbiased = run_decoder_layer(
+        chip, prepare_decoder_layer(layer), layer, dict(inputs, box_bias=torch.zeros_like(inputs["box_bias"]))
+    )
+    print(f"full-size decoder layer, vision K/V swapped: PCC {pcc(swapped, want):.5f}")
+    print(f"full-size decoder layer, no box bias: PCC {pcc(unbiased, want):.5f}")
+    assert pcc(swapped, want) < PCC_GATE
+    assert pcc(unbiased, want) < PCC_GATE
