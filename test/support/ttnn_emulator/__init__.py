@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from ._numerics import quantize, quantize_bfloat8_b
 from ._ops import (
     add,
+    clamp,
     concatenate_heads,
     conv2d,
     gelu,
@@ -28,6 +29,7 @@ from ._ops import (
     permute,
     reshape,
     scaled_dot_product_attention,
+    sigmoid,
     softmax,
     split_query_key_value_and_split_heads,
     to_layout,

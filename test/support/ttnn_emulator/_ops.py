@@ -345,6 +345,32 @@ def softmax(input_tensor: Tensor, dim: int = -1, *, memory_config: MemoryConfig 
     return _launch("softmax", [input_tensor], dict(dim=dim, memory_config=memory_config), compute)[0]
 
 
+def sigmoid(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None) -> Tensor:
+    """Exact logistic; the SFPU's own approximation is not modelled (device tests measure it)."""
+
+    def compute() -> list[Tensor]:
+        return [_new(torch.sigmoid(input_tensor.read()), input_tensor, memory_config=memory_config)]
+
+    return _launch("sigmoid", [input_tensor], dict(memory_config=memory_config), compute)[0]
+
+
+def clamp(
+    input_tensor: Tensor,
+    min: float | None = None,
+    max: float | None = None,
+    *,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    """Values limited to [min, max] (scalar bounds; either may be None)."""
+    if min is None and max is None:
+        raise EmulatorError("clamp: give min, max or both")
+
+    def compute() -> list[Tensor]:
+        return [_new(input_tensor.read().clamp(min, max), input_tensor, memory_config=memory_config)]
+
+    return _launch("clamp", [input_tensor], dict(min=min, max=max, memory_config=memory_config), compute)[0]
+
+
 # data movement ------------------------------------------------------------------------------
 def _host_or_device(
     name: str, tensor: Tensor, params: dict[str, Any], make: Callable[[], Tensor], program: bool = True
