@@ -221,6 +221,33 @@ def full_size_model(device: torch.device) -> Any:
     return model.eval()
 
 
+def image_encoder_flops(config: Any) -> float:
+    """FLOPs of one 1008x1008 image through the image encoder, counted on the meta device.
+
+    torch's FlopCounterMode counts each matrix product as 2 x multiply-adds; the meta device
+    gives shapes without computing anything, so this costs seconds even at full size.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import Sam3Model
+
+    with torch.device("meta"):
+        twin = Sam3Model(config).eval()
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        twin.get_vision_features(pixel_values=torch.empty(1, 3, 1008, 1008, device="meta"))
+    return float(counter.get_total_flops())
+
+
+def throughput_line(flops: float, rows: list[StageRow]) -> str:
+    """The image encoder's work and the rate each row's median achieved."""
+    rates = ", ".join(f"{r.prompts}: {flops / (r.image_ms / 1000) / 1e12:.1f}" for r in rows)
+    return (
+        f"image encoder: {flops / 1e12:.3g} TFLOP per image (torch FlopCounterMode, meta device); "
+        f"achieved TFLOPS by prompt count: {rates} (a lower bound: the timed stage also runs "
+        "the image-only prompt stages)"
+    )
+
+
 def everything(engine: Any, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
     """(scores (P, Q), mask logits (P, Q, 288, 288)) of every query of a decoded batch."""
     from tt_sam3_ros.postprocess import sigmoid
@@ -460,6 +487,7 @@ def compiled_rows(
     tokenizer: Any,
     image: np.ndarray,
     eager: tuple[np.ndarray, np.ndarray],
+    flops: float,
     outcome: Outcome,
 ) -> None:
     """``compile_image_encoder=True``: compile time, the stage table, agreement with eager."""
@@ -490,6 +518,7 @@ def compiled_rows(
     decoded = engine.decode(engine.encode_image(pixels), engine.encode_prompts(scenes.PROMPTS))
     agreement, score_diff = compare(everything(engine, decoded), eager)
     print_stage_table(rows, settings, "model: ours with compile_image_encoder=True (torch.compile)")
+    print(throughput_line(flops, rows))
     print(
         f"compile: first call (warm-up, includes torch.compile max-autotune) {compile_s:.1f} s; "
         f"compiled vs eager, {len(scenes.PROMPTS)} prompts, full size: mask pixel agreement "
@@ -531,12 +560,14 @@ def main(settings: Settings) -> list[str]:
         f"random weights), {described['device']}, {described['dtype']}, image {width}x{height} "
         f"(model input 1008x1008), {tokenizer_name}",
     )
+    flops = image_encoder_flops(model.config)
+    print(throughput_line(flops, rows))
     eager_decoded = engine.decode(
         engine.encode_image(preprocess.to_model_input(image)), engine.encode_prompts(scenes.PROMPTS)
     )
     eager = everything(engine, eager_decoded)
     del eager_decoded
     reference_rows(settings, model, tokenizer, image, rows)
-    compiled_rows(settings, model, tokenizer, image, eager, outcome)
+    compiled_rows(settings, model, tokenizer, image, eager, flops, outcome)
     print(f"\nmodel latency check: {time.perf_counter() - start:.0f} s in all")
     return outcome.failures

@@ -54,6 +54,7 @@ def test_gpu_check_runs_on_the_cpu(tmp_path: Path) -> None:
     assert [row[1] for row in stage_rows] == ["1", "4", "16"]
     assert "frame ms (text cached)" in out and "frame ms (text encoded)" in out
     assert "frame ms (20 kept)" in out
+    assert "image encoder: 0.00636 TFLOP per image" in out and "achieved TFLOPS by prompt count: 1:" in out
     assert "transformers' documented usage vs ours (eager), float32" in out
     assert "compile_image_encoder is offered on CUDA devices only" in out
     assert "model latency check:" in out
