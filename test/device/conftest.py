@@ -7,6 +7,8 @@ Options:
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -26,6 +28,8 @@ def blackhole():
     usable, why = blackhole_status()
     if not usable:
         pytest.skip(f"no Blackhole p150a here: {why}")
+    # tt-metal then reports allocations made during a trace capture (which replays may clobber).
+    os.environ.setdefault("TT_METAL_TRACE_ALLOC_TRACKING", "1")
     import ttnn
 
     return ttnn

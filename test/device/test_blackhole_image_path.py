@@ -1,9 +1,14 @@
 """The image path on a real p150a: per-block and whole-path PCC, trace vs eager, latency per stage.
 
-Run (see DEVICE_VALIDATION.md): pytest -m device test/device -v -s --timeout 3600
-Gates: PCC >= 0.99 for each ported block and each FPN map against transformers (float32 CPU);
-trace replay equals eager bit for bit; the first frame after warm-up within 1.5x of the median
-steady-state frame. The 40 ms image-path goal is its own test, so its result reads on its own.
+Run (see DEVICE_VALIDATION.md):
+    TT_METAL_TRACE_ALLOC_TRACKING=1 pytest -m device test/device -v -s --timeout 3600
+Gates: PCC >= 0.99 for each ported block and >= 0.995 for each FPN map against transformers
+(float32 CPU), the gate the emulator's numerics model of the chip passes off-chip; trace replay
+equals eager bit for bit; the first frame after warm-up within 1.5x of the median steady-state
+frame; the engine opened with worker dispatch on a 13, 12 or 11 x 10 grid (reported). The
+image-path latency is asserted inside a window, each bound its own test so each result reads on
+its own: not below the physical floor (a faster figure means the timing did not wait for the
+chip) and under the 40 ms goal.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ import torch
 pytestmark = pytest.mark.device
 
 PCC_GATE = 0.99
+FPN_PCC_GATE = 0.995
 IMAGE_PATH_GOAL_MS = 40.0
+#: The ViT's physical floor at HiFi2 on a p150a (DESIGN.md 5): a replay cannot be faster.
+IMAGE_PATH_FLOOR_MS = 16.0
+#: Compute grids worker dispatch leaves on a Blackhole, by harvesting.
+WORKER_GRIDS = {(13, 10), (12, 10), (11, 10)}
 
 
 def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -145,7 +155,14 @@ def test_image_features_match_transformers(engine, model):
     scores = [pcc(a, b) for a, b in zip(features.fpn_hidden_states, reference.fpn_hidden_states, strict=True)]
     for feature, score in zip(features.fpn_hidden_states, scores, strict=True):
         print(f"FPN map {tuple(feature.shape)}: PCC {score:.5f}")
-    assert min(scores) >= PCC_GATE, scores
+    assert min(scores) >= FPN_PCC_GATE, scores
+
+
+def test_opened_with_worker_dispatch_on_the_grid_the_chip_reports(engine, blackhole):
+    grid = engine.device.compute_with_storage_grid_size()
+    print(f"dispatch: {engine.dispatch}; compute grid {grid.x}x{grid.y}; {engine.describe()['device']}")
+    assert engine.dispatch == "worker"
+    assert (grid.x, grid.y) == engine.settings.grid and (grid.x, grid.y) in WORKER_GRIDS
 
 
 def test_first_frame_after_warmup_is_steady_state_and_per_stage_latency(engine, blackhole):
@@ -177,7 +194,7 @@ def test_first_frame_after_warmup_is_steady_state_and_per_stage_latency(engine, 
         vision = Sam3VisionEncoderOutput(
             fpn_hidden_states=features, fpn_position_encoding=engine._position_encodings
         )
-        engine.decode(engine._host_image_state(vision), prompts)
+        engine.decode(engine.prompt_path.image_features(vision), prompts)
         t4 = time.perf_counter()
         for name, seconds in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             stages[name].append(seconds * 1000)
@@ -191,7 +208,9 @@ def test_first_frame_after_warmup_is_steady_state_and_per_stage_latency(engine, 
     assert engine.first_frame_ms <= 1.5 * steady, (engine.first_frame_ms, steady)
 
 
-def test_image_path_meets_the_40ms_goal(engine, blackhole):
+@pytest.fixture(scope="module")
+def image_path_ms(engine, blackhole) -> float:
+    """Median of 20 frames of copy-in + one trace replay, synchronised."""
     ttnn, device = blackhole, engine.device
     host_input = engine._host_input(pixels(7))
     times = []
@@ -202,7 +221,15 @@ def test_image_path_meets_the_40ms_goal(engine, blackhole):
         times.append((time.perf_counter() - start) * 1000)
     median = statistics.median(times)
     print(f"image path (copy in + one trace replay): median {median:.1f} ms over 20 frames")
-    assert median < IMAGE_PATH_GOAL_MS, median
+    return median
+
+
+def test_image_path_latency_is_not_below_the_physical_floor(image_path_ms):
+    assert image_path_ms >= IMAGE_PATH_FLOOR_MS, image_path_ms
+
+
+def test_image_path_meets_the_40ms_goal(image_path_ms):
+    assert image_path_ms < IMAGE_PATH_GOAL_MS, image_path_ms
 
 
 def test_trace_replay_equals_eager(engine, model, tokenizer, blackhole):
@@ -215,3 +242,22 @@ def test_trace_replay_equals_eager(engine, model, tokenizer, blackhole):
         eager = eager_engine.encode_vision(image).fpn_hidden_states
         mismatched = [tuple(a.shape) for a, b in zip(traced, eager, strict=True) if not torch.equal(a, b)]
     assert not mismatched, mismatched
+
+
+def test_ethernet_dispatch_when_asked_opens_or_falls_back(engine, model, tokenizer, blackhole, caplog):
+    """What this build does with dispatch="ethernet": opens it, or logs why and uses worker dispatch
+    in the same process (the mock allows that retry; this run says whether a chip does)."""
+    import logging
+
+    from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
+
+    engine.close()  # one process, one owner (the last test: it takes the chip)
+    with (
+        caplog.at_level(logging.WARNING),
+        TtnnEngine(model, tokenizer, ttnn_module=blackhole, dispatch="ethernet") as asked,
+    ):
+        grid = asked.settings.grid
+        print(f"dispatch asked: ethernet; opened with {asked.dispatch}, grid {grid[0]}x{grid[1]}")
+        if asked.dispatch == "worker":
+            print(f"why: {caplog.text.strip()}")
+        assert asked.dispatch in ("ethernet", "worker")
