@@ -277,3 +277,108 @@ def test_decoder_negative_controls_fail_the_gate(ttnn, full_decoder_case):
     print(f"full-size decoder layer, no box bias: PCC {pcc(unbiased, want):.5f}")
     assert pcc(swapped, want) < PCC_GATE
     assert pcc(unbiased, want) < PCC_GATE
+
+
+# scoring ------------------------------------------------------------------------------------
+def scoring_case(config, seed: int = 0):
+    """Randomised Sam3DotProductScoring and decoder heads, inputs, and transformers' logits,
+    presence logit and detection scores (sigmoid(logit) * sigmoid(presence)) in float32."""
+    from transformers.models.sam3.modeling_sam3 import Sam3DetrDecoder, Sam3DotProductScoring
+
+    decoder_config = config.detr_decoder_config
+    scoring, decoder = Sam3DotProductScoring(config).eval(), Sam3DetrDecoder(decoder_config).eval()
+    randomise(scoring, seed)
+    randomise(decoder, seed + 1)
+    generator = torch.Generator().manual_seed(seed + 2)
+    rows, hidden = 1 + decoder_config.num_queries, decoder_config.hidden_size
+    inputs = {
+        "hidden": torch.randn(1, rows, hidden, generator=generator),
+        "text": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": prompt_validity(),
+    }
+    with torch.no_grad():
+        queries = decoder.output_layer_norm(inputs["hidden"][:, 1:])
+        logits = scoring(queries[None], inputs["text"], inputs["valid"])[-1]  # (1, queries, 1)
+        presence = decoder.presence_head(decoder.presence_layer_norm(inputs["hidden"][:, :1])).squeeze(-1)
+        presence = presence.clamp(-decoder.clamp_presence_logit_max_val, decoder.clamp_presence_logit_max_val)
+        scores = logits.sigmoid() * presence.sigmoid().reshape(1, 1, 1)
+    return (scoring, decoder), inputs, (logits, presence, scores)
+
+
+def run_scoring(chip: Chip, host: dict, modules, inputs: dict, selector_column: int = 0):
+    """Logits (1, queries, 1), presence logit (1, 1) and scores (1, queries, 1) from the device."""
+    from tt_sam3_ros.engines.ttnn_model import scoring
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import padded_length
+
+    pad = torch.nn.functional.pad
+    rows, tokens = inputs["hidden"].shape[1], inputs["text"].shape[1]
+    padded_rows, padded_text = padded_length(rows), padded_length(tokens)
+    selector = scoring.presence_selector(padded_rows)
+    selector[:, :, [0, selector_column]] = selector[:, :, [selector_column, 0]]
+    config = scoring.ScoringConfig.from_modules(*modules)
+    w = chip.weights(host)
+    hidden = chip.tensor(pad(inputs["hidden"], (0, 0, 0, padded_rows - rows)))
+    text = chip.tensor(pad(inputs["text"], (0, 0, 0, padded_text - tokens)))
+    pool = chip.tensor(scoring.text_pooling_row(inputs["valid"], padded_text))
+    logits = scoring.query_logits(chip.ttnn, hidden, text, pool, w, config, chip.settings)
+    presence = scoring.presence_logits(chip.ttnn, hidden, w, config, chip.settings)
+    scores = scoring.detection_scores(chip.ttnn, logits, presence, chip.tensor(selector), chip.settings)
+    real = slice(1, rows)
+    return chip.read(logits)[:, real], chip.read(presence)[:, 0], chip.read(scores)[:, real]
+
+
+def scoring_gate(got: tuple, want: tuple) -> list[str]:
+    """What fails the scoring gate: logits and scores PCC >= 0.99, and every score within 1e-2
+    (a PCC cannot see the presence factor: it scales every score of a prompt alike)."""
+    failures = []
+    for name, ours, theirs in (("logits", got[0], want[0]), ("scores", got[2], want[2])):
+        if pcc(ours, theirs) < PCC_GATE:
+            failures.append(f"{name} PCC {pcc(ours, theirs):.5f}")
+    error = float((got[2] - want[2]).abs().max())
+    if error > 1e-2:
+        failures.append(f"max score error {error:.4f}")
+    return failures
+
+
+@pytest.mark.parametrize("size", ["tiny", "full"])
+def test_scoring_matches_transformers(ttnn, size):
+    from transformers import Sam3Config
+
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_scoring
+    from tt_sam3_ros.tiny_model import tiny_sam3_config
+
+    config = tiny_sam3_config() if size == "tiny" else Sam3Config()
+    modules, inputs, want = scoring_case(config)
+    got = run_scoring(Chip(ttnn), prepare_scoring(*modules), modules, inputs)
+    assert got[0].shape == want[0].shape and got[2].shape == want[2].shape
+    error = float((got[2] - want[2]).abs().max())
+    print(
+        f"{size} scoring: logits PCC {pcc(got[0], want[0]):.5f}, scores PCC {pcc(got[2], want[2]):.5f}, "
+        f"max score error {error:.4f}, presence logit {float(got[1]):.3f} vs {float(want[1]):.3f}"
+    )
+    assert not scoring_gate(got, want)
+    assert abs(float(got[1]) - float(want[1])) <= 0.05
+
+
+def test_scoring_negative_controls_fail_the_gate(ttnn):
+    """Query and text projections exchanged, and the presence logit read from the first query's
+    row instead of the presence token's: both must fail the gate."""
+    from transformers import Sam3Config
+
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_scoring
+
+    modules, inputs, want = scoring_case(Sam3Config())
+    chip, host = Chip(ttnn), prepare_scoring(*modules)
+    swapped = dict(host)
+    for part in ("weight", "bias"):
+        swapped[f"text_proj.{part}"], swapped[f"query_proj.{part}"] = (
+            host[f"query_proj.{part}"],
+            host[f"text_proj.{part}"],
+        )
+    for name, got in (
+        ("projections swapped", run_scoring(chip, swapped, modules, inputs)),
+        ("presence from the wrong row", run_scoring(chip, host, modules, inputs, selector_column=1)),
+    ):
+        failures = scoring_gate(got, want)
+        print(f"full-size scoring, {name}: fails with {failures}")
+        assert failures, name

@@ -91,3 +91,29 @@ def prepare_decoder_layer(layer: Any, prefix: str = "") -> dict[str, HostWeight]
         **_mlp(layer.mlp, prefix + "mlp."),
         **_norm(layer.mlp_layer_norm, prefix + "mlp_norm."),
     }
+
+
+def _decoder_mlp(mlp: Any, prefix: str) -> dict[str, HostWeight]:
+    """Sam3DecoderMLP's 2 or 3 linears as layer1..layer3 weights (C_in, C_out) and biases."""
+    weights: dict[str, HostWeight] = {}
+    for name in ("layer1", "layer2", "layer3"):
+        linear = getattr(mlp, name)
+        if linear is not None:
+            weights[f"{prefix}{name}.weight"] = HostWeight(_matrix(linear.weight), "matmul")
+            weights[f"{prefix}{name}.bias"] = _row(linear.bias)
+    return weights
+
+
+def prepare_scoring(scoring: Any, decoder: Any) -> dict[str, HostWeight]:
+    """transformers' Sam3DotProductScoring and the decoder's output and presence heads -> scoring.py."""
+    return {
+        **_norm(decoder.output_layer_norm, "output_norm."),
+        **_norm(decoder.presence_layer_norm, "presence_norm."),
+        **_decoder_mlp(decoder.presence_head, "presence_head."),
+        **_decoder_mlp(scoring.text_mlp, "text_mlp."),
+        **_norm(scoring.text_mlp_out_norm, "text_norm."),
+        "text_proj.weight": HostWeight(_matrix(scoring.text_proj.weight), "matmul"),
+        "text_proj.bias": _row(scoring.text_proj.bias),
+        "query_proj.weight": HostWeight(_matrix(scoring.query_proj.weight), "matmul"),
+        "query_proj.bias": _row(scoring.query_proj.bias),
+    }
