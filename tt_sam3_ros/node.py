@@ -780,7 +780,10 @@ def _run(node: Sam3Node, stop: threading.Event) -> int:
     """Spin on a thread of its own; autostart here meanwhile; wait for ``stop``. Returns the exit code."""
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
-    spinner = threading.Thread(target=_spin_until, args=(executor, stop), name="sam3-executor", daemon=True)
+    failures: list[str] = []
+    spinner = threading.Thread(
+        target=_spin_until, args=(executor, stop, failures), name="sam3-executor", daemon=True
+    )
     spinner.start()
     exit_code = 0
     try:
@@ -795,16 +798,26 @@ def _run(node: Sam3Node, stop: threading.Event) -> int:
         spinner.join()
         _drain(executor)
         executor.shutdown()
+    if failures:
+        node.get_logger().fatal(f"a callback failed; stopping:\n{failures[0]}")
+        exit_code = 1
     return exit_code
 
 
-def _spin_until(executor: MultiThreadedExecutor, stop: threading.Event) -> None:
-    """Spin (transitions and diagnostics on two threads) until ``stop`` is set or ROS is down."""
+def _spin_until(executor: MultiThreadedExecutor, stop: threading.Event, failures: list[str]) -> None:
+    """Spin (transitions and diagnostics on two threads) until ``stop`` is set or ROS is down.
+
+    An exception a callback raised (rclpy re-raises it here) ends the node with exit 1,
+    as it did when the spin loop ran on the main thread; it is kept in ``failures``.
+    """
     try:
         while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=0.1)
     except ExternalShutdownException:
         pass
+    except Exception:
+        failures.append(traceback.format_exc())
+        stop.set()
 
 
 def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
