@@ -240,7 +240,7 @@ def image_encoder_flops(config: Any) -> float:
 
 def throughput_line(flops: float, rows: list[StageRow]) -> str:
     """The image encoder's work and the rate each row's median achieved."""
-    rates = ", ".join(f"{r.prompts}: {flops / (r.image_ms / 1000) / 1e12:.1f}" for r in rows)
+    rates = ", ".join(f"{r.prompts}: {flops / (r.image_ms / 1000) / 1e12:.3g}" for r in rows)
     return (
         f"image encoder: {flops / 1e12:.3g} TFLOP per image (torch FlopCounterMode, meta device); "
         f"achieved TFLOPS by prompt count: {rates} (a lower bound: the timed stage also runs "
