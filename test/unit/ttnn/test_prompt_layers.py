@@ -382,3 +382,114 @@ def test_scoring_negative_controls_fail_the_gate(ttnn):
         failures = scoring_gate(got, want)
         print(f"full-size scoring, {name}: fails with {failures}")
         assert failures, name
+
+
+# segmentation head --------------------------------------------------------------------------
+def head_case(config, side: int, seed: int = 0):
+    """A randomised Sam3MaskDecoder run by transformers (float32) on random FPN maps, with its
+    prompt-attended image tokens and pixel embedding captured from inside its forward."""
+    from transformers.models.sam3.modeling_sam3 import Sam3MaskDecoder
+
+    head = Sam3MaskDecoder(config.mask_decoder_config).eval()
+    randomise(head, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    hidden, queries = config.mask_decoder_config.hidden_size, config.detr_decoder_config.num_queries
+    inputs = {
+        "fpn": [torch.randn(1, hidden, side * s, side * s, generator=generator) for s in (4, 2, 1)],
+        "encoder": torch.randn(1, side * side, hidden, generator=generator),
+        "prompt": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": prompt_validity(),
+        "queries": torch.randn(1, queries, hidden, generator=generator),
+    }
+    captured = {}
+
+    def capture(module, args, output):
+        captured["attended"] = args[0][-1].flatten(2).transpose(1, 2)  # (1, S, C)
+        captured["pixels"] = output
+
+    hook = head.pixel_decoder.register_forward_hook(capture)
+    try:
+        with torch.no_grad():
+            out = head(
+                inputs["queries"],
+                inputs["fpn"],
+                inputs["encoder"],
+                prompt_features=inputs["prompt"],
+                prompt_mask=inputs["valid"],
+            )
+    finally:
+        hook.remove()
+    return head, inputs, captured, out.pred_masks
+
+
+@pytest.fixture(scope="module")
+def full_head_case():
+    from transformers import Sam3Config
+
+    return head_case(Sam3Config(), side=72)
+
+
+def run_head_attention(chip: Chip, head, inputs: dict) -> torch.Tensor:
+    from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape, key_padding_mask
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import padded_length
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_segmentation_head
+    from tt_sam3_ros.engines.ttnn_model.segmentation_head import prompt_cross_attention
+
+    tokens, prompt = inputs["encoder"].shape[1], inputs["prompt"]
+    padded = padded_length(prompt.shape[1])
+    attention = head.prompt_cross_attn
+    out = prompt_cross_attention(
+        chip.ttnn,
+        chip.tensor(inputs["encoder"]),
+        chip.tensor(torch.nn.functional.pad(prompt, (0, 0, 0, padded - prompt.shape[1]))),
+        chip.tensor(key_padding_mask(tokens, inputs["valid"], padded)),
+        chip.weights(prepare_segmentation_head(head)),
+        AttentionShape.of(attention.hidden_size, attention.num_attention_heads),
+        head.prompt_cross_attn_norm.eps,
+        chip.settings,
+    )
+    return chip.read(out)
+
+
+def run_mask_logits(chip: Chip, head, inputs: dict, pixels: torch.Tensor) -> torch.Tensor:
+    """Mask logits (1, queries, H, W) from the device, given the (1, C, H, W) pixel embedding."""
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import padded_length
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_segmentation_head
+    from tt_sam3_ros.engines.ttnn_model.segmentation_head import mask_embeddings, mask_logits
+
+    queries = inputs["queries"]
+    rows = queries.shape[1]
+    w = chip.weights(prepare_segmentation_head(head))
+    padded = chip.tensor(torch.nn.functional.pad(queries, (0, 0, 0, padded_length(rows) - rows)))
+    embeddings = mask_embeddings(chip.ttnn, padded, w, chip.settings)
+    height, width = pixels.shape[-2:]
+    flat = chip.tensor(pixels.flatten(2).transpose(1, 2).contiguous())  # (1, H*W, C), row-major pixels
+    logits = mask_logits(chip.ttnn, embeddings, flat, w, chip.settings)
+    return chip.read(logits)[:, :rows].reshape(1, rows, height, width)
+
+
+def test_segmentation_head_prompt_attention_matches_transformers(ttnn, full_head_case):
+    head, inputs, captured, _ = full_head_case
+    got = run_head_attention(Chip(ttnn), head, inputs)
+    want = captured["attended"]
+    residual_only = pcc(inputs["encoder"], want)
+    print(
+        f"full-size mask head prompt attention: PCC {pcc(got, want):.5f} (residual alone {residual_only:.3f})"
+    )
+    assert residual_only < PCC_GATE - 0.05
+    assert pcc(got, want) >= PCC_GATE
+
+
+def test_segmentation_head_mask_logits_match_transformers(ttnn, full_head_case):
+    """Mask logits at 288 x 288 from transformers' own pixel embedding (the pixel decoder is not on
+    the chip yet), against its pred_masks; the negative control reads the pixels transposed."""
+    head, inputs, captured, want = full_head_case
+    chip = Chip(ttnn)
+    got = run_mask_logits(chip, head, inputs, captured["pixels"])
+    assert got.shape == want.shape == (1, 200, 288, 288)
+    transposed = run_mask_logits(chip, head, inputs, captured["pixels"].transpose(-1, -2))
+    print(
+        f"full-size mask logits: PCC {pcc(got, want):.5f}; pixels transposed: PCC {pcc(transposed, want):.5f}"
+    )
+    assert pcc(got, want) >= PCC_GATE
+    assert pcc(transposed, want) < PCC_GATE

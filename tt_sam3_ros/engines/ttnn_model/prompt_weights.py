@@ -117,3 +117,18 @@ def prepare_scoring(scoring: Any, decoder: Any) -> dict[str, HostWeight]:
         "query_proj.weight": HostWeight(_matrix(scoring.query_proj.weight), "matmul"),
         "query_proj.bias": _row(scoring.query_proj.bias),
     }
+
+
+def prepare_segmentation_head(mask_decoder: Any) -> dict[str, HostWeight]:
+    """transformers' Sam3MaskDecoder (minus its pixel decoder) -> segmentation_head.py."""
+    projection = mask_decoder.instance_projection.weight.detach().float()  # (C_out, C_in, 1, 1)
+    weights = {
+        **prepare_attention(mask_decoder.prompt_cross_attn, "prompt_attn."),
+        **_norm(mask_decoder.prompt_cross_attn_norm, "prompt_attn_norm."),
+        "instance_proj.weight": HostWeight(projection.flatten(1).t().contiguous(), "matmul"),
+        "instance_proj.bias": _row(mask_decoder.instance_projection.bias),
+    }
+    for index, linear in enumerate(mask_decoder.mask_embedder.layers):
+        weights[f"mask_embed.{index}.weight"] = HostWeight(_matrix(linear.weight), "matmul")
+        weights[f"mask_embed.{index}.bias"] = _row(linear.bias)
+    return weights
