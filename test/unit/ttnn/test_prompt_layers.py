@@ -23,14 +23,16 @@ def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def randomise(module: torch.nn.Module, seed: int) -> None:
-    """Weights of unit gain (std 1/sqrt(fan_in)) and perturbed norms: attention cannot hide."""
+    """Weights of unit gain (std 1/sqrt(fan_in)) and perturbed norms, all from `seed` (no module
+    keeps its global-RNG init): attention cannot hide and every run draws the same model."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in module.modules():
-            if isinstance(m, torch.nn.Linear):
-                m.weight.copy_(torch.randn(m.weight.shape, generator=generator) / m.in_features**0.5)
+            if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)):
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=generator) / fan_in**0.5)
                 m.bias.copy_(torch.randn(m.bias.shape, generator=generator) * 0.1)
-            elif isinstance(m, torch.nn.LayerNorm):
+            elif isinstance(m, (torch.nn.LayerNorm, torch.nn.GroupNorm)):
                 m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=generator))
                 m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=generator))
 
@@ -493,3 +495,53 @@ def test_segmentation_head_mask_logits_match_transformers(ttnn, full_head_case):
     )
     assert pcc(got, want) >= PCC_GATE
     assert pcc(transposed, want) < PCC_GATE
+
+
+# fusion encoder stack -----------------------------------------------------------------------
+def test_fusion_encoder_stack_matches_transformers(ttnn):
+    """Sam3DetrEncoder (3 randomised tiny-width layers, 72 x 72 tokens) from its FPN-shaped input,
+    as Sam3Model calls it; the negative control runs the same layers in reverse order."""
+    from transformers.models.sam3.configuration_sam3 import Sam3DETREncoderConfig
+    from transformers.models.sam3.modeling_sam3 import Sam3DetrEncoder
+
+    from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
+    from tt_sam3_ros.engines.ttnn_model.fusion_encoder import fusion_encoder
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig, padded_length
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder
+
+    config = Sam3DETREncoderConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_layers=3)
+    config._attn_implementation = "eager"
+    encoder = Sam3DetrEncoder(config).eval()
+    randomise(encoder, 5)
+    generator = torch.Generator().manual_seed(6)
+    feature_map = torch.randn(1, 32, 72, 72, generator=generator)
+    position_map = torch.randn(1, 32, 72, 72, generator=generator)
+    prompt, valid = torch.randn(1, PROMPT_TOKENS, 32, generator=generator), prompt_validity()
+    with torch.no_grad():
+        want = encoder([feature_map], prompt, [position_map], text_mask=valid).last_hidden_state
+    chip = Chip(ttnn)
+    padded = padded_length(PROMPT_TOKENS)
+    host = prepare_fusion_encoder(encoder)
+    reversed_host = {
+        name.replace(f"layers.{i}.", f"layers.{2 - i}."): value
+        for i in range(3)
+        for name, value in host.items()
+        if name.startswith(f"layers.{i}.")
+    }
+    results = []
+    for weights in (host, reversed_host):
+        out = fusion_encoder(
+            ttnn,
+            chip.tensor(feature_map.flatten(2).transpose(1, 2)),
+            chip.tensor(torch.nn.functional.pad(prompt, (0, 0, 0, padded - PROMPT_TOKENS))),
+            chip.tensor(position_map.flatten(2).transpose(1, 2)),
+            chip.tensor(key_padding_mask(72 * 72, valid, padded)),
+            chip.weights(weights),
+            PromptLayerConfig.from_layer(encoder.layers[0]),
+            chip.settings,
+            layers=3,
+        )
+        results.append(pcc(chip.read(out), want))
+    print(f"3-layer fusion encoder stack: PCC {results[0]:.5f}; layers reversed: PCC {results[1]:.5f}")
+    assert results[0] >= PCC_GATE
+    assert results[1] < PCC_GATE

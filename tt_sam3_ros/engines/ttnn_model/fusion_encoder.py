@@ -86,3 +86,22 @@ def fusion_encoder_layer(
     expanded = mlp(ttnn, normed, w, settings)
     ttnn.deallocate(normed)
     return _residual(ttnn, hidden, expanded, settings)
+
+
+def fusion_encoder(
+    ttnn: Any,
+    vision: Any,
+    prompt: Any,
+    position: Any,
+    mask: Any,
+    weights: dict[str, Any],
+    config: PromptLayerConfig,
+    settings: DeviceSettings,
+    layers: int,
+) -> Any:
+    """Sam3DetrEncoder's layer stack: `layers` fusion_encoder_layer calls on the weights under
+    "layers.{i}." (prompt_weights.prepare_fusion_encoder); consumes `vision`."""
+    for index in range(layers):
+        layer_weights = sub_weights(weights, f"layers.{index}.")
+        vision = fusion_encoder_layer(ttnn, vision, prompt, position, mask, layer_weights, config, settings)
+    return vision

@@ -79,6 +79,14 @@ def prepare_fusion_encoder_layer(layer: Any, prefix: str = "") -> dict[str, Host
     return weights
 
 
+def prepare_fusion_encoder(encoder: Any) -> dict[str, HostWeight]:
+    """transformers' Sam3DetrEncoder -> every layer's weights under "layers.{i}."."""
+    weights: dict[str, HostWeight] = {}
+    for index, layer in enumerate(encoder.layers):
+        weights.update(prepare_fusion_encoder_layer(layer, f"layers.{index}."))
+    return weights
+
+
 def prepare_decoder_layer(layer: Any, prefix: str = "") -> dict[str, HostWeight]:
     """transformers' Sam3DetrDecoderLayer -> named host weights for decoder.py."""
     return {
