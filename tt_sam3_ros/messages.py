@@ -16,7 +16,7 @@ every one stamped with the input image's header.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import cv2
 import numpy as np
@@ -173,12 +173,16 @@ def _packed_image(pixels: np.ndarray, encoding: str, header: Header) -> Image:
     return msg
 
 
-def result_to_detections(result: SegmentationResult, header: Header) -> Detection2DArray:
+def result_to_detections(
+    result: SegmentationResult, header: Header, class_ids: Mapping[str, int] | None = None
+) -> Detection2DArray:
     """One Detection2D per labelled instance, in mask-id order, all stamped with ``header``.
 
     Detection k (1-based) is the instance whose pixels have value k in the mask. Its ``id`` is
     the instance's track id when it has one (kept across frames), else ``str(k)``;
-    ``results[0].hypothesis`` holds the prompt text as ``class_id`` and the instance score;
+    ``results[0].hypothesis`` holds the class id as a decimal string (``class_ids[prompt]``,
+    default the prompt's index in ``result.prompts``), the key LabelInfo maps to the prompt
+    text, and the instance score;
     the box is in source-image pixels (centre and size). Instances beyond the 255 a mono8
     mask can hold are left out here too, so every detection has its pixels in the mask.
     An empty result gives an empty array: "nothing found" is itself an answer.
@@ -191,7 +195,8 @@ def result_to_detections(result: SegmentationResult, header: Header) -> Detectio
         detection.header = header
         detection.id = str(instance_id if instance.track_id is None else instance.track_id)
         hypothesis = ObjectHypothesisWithPose()
-        hypothesis.hypothesis.class_id = instance.prompt
+        class_id = instance.prompt_index if class_ids is None else class_ids[instance.prompt]
+        hypothesis.hypothesis.class_id = str(class_id)
         hypothesis.hypothesis.score = float(instance.score)
         detection.results.append(hypothesis)
         detection.bbox = BoundingBox2D()
@@ -203,15 +208,18 @@ def result_to_detections(result: SegmentationResult, header: Header) -> Detectio
     return msg
 
 
-def label_info(prompts: Sequence[str], threshold: float, header: Header) -> LabelInfo:
-    """LabelInfo mapping class id i to prompt i, with the score threshold in use.
+def label_info(
+    prompts: Sequence[str], threshold: float, header: Header, class_ids: Mapping[str, int] | None = None
+) -> LabelInfo:
+    """LabelInfo mapping each prompt's class id (``class_ids``, default its index) to its text.
 
-    Detections carry the prompt text itself as ``class_id``; this map lets consumers that
-    want numeric classes use the prompt's index.
+    The same ids, as decimal strings, are the detections' ``class_id``: a consumer looks a
+    detection's class up here, as vision_msgs intends (integer class ids, names in the map).
     """
     msg = LabelInfo()
     msg.header = header
     msg.threshold = float(threshold)
     for index, prompt in enumerate(prompts):
-        msg.class_map.append(VisionClass(class_id=index, class_name=prompt))
+        class_id = index if class_ids is None else class_ids[prompt]
+        msg.class_map.append(VisionClass(class_id=class_id, class_name=prompt))
     return msg

@@ -30,6 +30,7 @@ Lifecycle (``autostart`` true runs configure and activate at start):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import os
@@ -67,6 +68,7 @@ from tt_sam3_ros.node_parameters import (
     READ_AT_ACTIVATE,
     READ_AT_CONFIGURE,
     RELIABILITIES,
+    ClassIds,
     RunSettings,
     coerced,
     invalid_values,
@@ -134,6 +136,8 @@ class Sam3Node(LifecycleNode):
             dynamic.dynamic_typing = True
             self.declare_parameter(name, None if isinstance(default, Parameter.Type) else default, dynamic)
         self._settings = RunSettings()
+        # Class ids stay with their prompt texts for the node's life (LabelInfo, class_id).
+        self._class_ids = ClassIds()
         self._check_startup_parameters()
         self.add_pre_set_parameters_callback(self._coerce_parameters)
         self.add_on_set_parameters_callback(self._validate_parameter_change)
@@ -205,12 +209,16 @@ class Sam3Node(LifecycleNode):
         reason = invalid_values(values)
         if reason:
             raise ValueError(reason)
-        self._settings = settings_from(values)
+        self._settings = self._with_class_ids(settings_from(values))
 
     @staticmethod
     def _coerce_parameters(parameters: list[Parameter]) -> list[Parameter]:
         """Before rclpy's checks: an integer given for a double is that double (threshold 0)."""
         return [coerced(parameter) for parameter in parameters]
+
+    def _with_class_ids(self, settings: RunSettings) -> RunSettings:
+        """``settings`` with the class ids of its prompts (new prompts get the next ids)."""
+        return dataclasses.replace(settings, class_ids=self._class_ids.assign(settings.prompts))
 
     def _validate_parameter_change(self, parameters: list[Parameter]) -> SetParametersResult:
         """Accept or refuse a set-parameters request as a whole, with the reason.
@@ -244,7 +252,7 @@ class Sam3Node(LifecycleNode):
     def _apply_parameter_change(self, parameters: list[Parameter]) -> None:
         """Publish the new settings to the worker (next frame) and re-latch LabelInfo."""
         values = self._parameter_values()
-        self._settings = settings_from(values)
+        self._settings = self._with_class_ids(settings_from(values))
         changed = {parameter.name for parameter in parameters}
         if changed & {"prompts", "threshold"}:
             self._publish_label_info()
@@ -512,7 +520,9 @@ class Sam3Node(LifecycleNode):
         header = Header()
         header.stamp = self.get_clock().now().to_msg()
         self._label_info_pub.publish(
-            messages.label_info(self._settings.prompts, self._settings.threshold, header)
+            messages.label_info(
+                self._settings.prompts, self._settings.threshold, header, dict(self._settings.class_ids)
+            )
         )
 
     # ----------------------------------------------------------------- worker side
@@ -573,7 +583,7 @@ class Sam3Node(LifecycleNode):
         if detections_pub is None or mask_pub is None:
             return
         labels = result.instance_mask()
-        detections = messages.result_to_detections(result, header)
+        detections = messages.result_to_detections(result, header, dict(settings.class_ids))
         detections_pub.publish(detections)
         mask_pub.publish(messages.instance_mask_to_image(labels, header))
         if settings.publish_overlay and overlay_pub is not None and overlay_pub.get_subscription_count() > 0:

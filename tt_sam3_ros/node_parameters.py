@@ -272,6 +272,35 @@ class RunSettings:
     tracking: bool = True
     track_max_age_s: float = DEFAULT_MAX_AGE_S
     track_min_iou: float = DEFAULT_MIN_IOU
+    #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
+    #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
+    class_ids: tuple[tuple[str, int], ...] = ()
+
+
+class ClassIds:
+    """Integer class ids for prompt texts, stable for the node's life.
+
+    A prompt keeps its id while the node runs, through prompt changes, so a detection computed
+    just before a change still means what the LabelInfo of its time said. New prompts take the
+    next id; ids count up from 0 (the first prompts get 0, 1, ... in order). LabelInfo's
+    class_id is a uint16: once 65,536 distinct prompts have been seen, the ids restart from the
+    prompts in force.
+    """
+
+    LIMIT = 65536
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+
+    def assign(self, prompts: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+        """(prompt, id) for ``prompts``, giving new prompts the next ids."""
+        new = [p for p in dict.fromkeys(prompts) if p not in self._ids]
+        if len(self._ids) + len(new) > self.LIMIT:
+            self._ids = {}
+            new = list(dict.fromkeys(prompts))
+        for prompt in new:
+            self._ids[prompt] = len(self._ids)
+        return tuple((p, self._ids[p]) for p in prompts)
 
 
 #: Each parameter's ROS type, for the type check (the node declares them dynamically typed so

@@ -198,7 +198,7 @@ def test_fifteen_bad_parameter_sets_are_refused_readably_and_change_nothing(sam3
         _reason_is_safe(result.reason)
         assert sam3.get_parameter(name) == before, case
         detections, _ = sam3.ask(_raw())
-        assert {d.results[0].hypothesis.class_id for d in detections.detections} <= set(PROMPTS), case
+        assert {sam3.prompt_of(d) for d in detections.detections} <= set(PROMPTS), case
     status = sam3.next_diagnostics()
     assert status["prompts"] == ", ".join(PROMPTS)
     assert status["_level"] == 0, status

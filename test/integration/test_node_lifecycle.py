@@ -91,7 +91,7 @@ def test_activate_serves_frames(sam3: Sam3Client) -> None:
     frame = make_image(scene(seed=1))
     detections, mask = sam3.ask(frame)
     assert detections.header == frame.header and mask.header == frame.header
-    assert {d.results[0].hypothesis.class_id for d in detections.detections} == {"cup"}
+    assert {sam3.prompt_of(d) for d in detections.detections} == {"cup"}
 
 
 def test_an_engine_fault_is_reported_and_the_node_recovers(sam3: Sam3Client) -> None:

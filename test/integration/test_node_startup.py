@@ -117,7 +117,7 @@ def test_without_prompts_the_node_waits_and_says_how_to_set_them(tmp_path: Path)
 
         assert sam3.set_parameter("prompts", ["bottle"]).successful
         detections, _ = sam3.ask(make_image(scene(seed=2)))
-        assert [d.results[0].hypothesis.class_id for d in detections.detections] == ["bottle"] * 3
+        assert [sam3.prompt_of(d) for d in detections.detections] == ["bottle"] * 3
 
 
 def _wait_for_log(log_path: Path, text: str, timeout_s: float = 60.0) -> None:

@@ -76,7 +76,7 @@ def test_tracking_off_gives_positions_and_back_on_gives_ids_never_seen(sam3: Sam
 def test_a_removed_prompt_loses_its_tracks_and_the_others_keep_theirs(sam3: Sam3Client) -> None:
     picture = scene(seed=5)
     both, _ = sam3.ask(make_image(picture))
-    people = {d.id for d in both.detections if d.results[0].hypothesis.class_id == "person"}
+    people = {d.id for d in both.detections if sam3.prompt_of(d) == "person"}
     assert sam3.set_parameter("prompts", ["person"]).successful
     only_people, mask = sam3.ask(make_image(picture))
     # The same people keep their ids at new positions; positions alone would be 1..6 again.
@@ -86,7 +86,7 @@ def test_a_removed_prompt_loses_its_tracks_and_the_others_keep_theirs(sam3: Sam3
     before = _largest_id_so_far(sam3)
     assert sam3.set_parameter("prompts", PROMPTS).successful
     detections, _ = sam3.ask(make_image(picture))
-    cars = [int(d.id) for d in detections.detections if d.results[0].hypothesis.class_id == "car"]
+    cars = [int(d.id) for d in detections.detections if sam3.prompt_of(d) == "car"]
     assert cars and min(cars) > before
 
 

@@ -201,11 +201,11 @@ def test_detections_follow_mask_ids_with_prompt_score_and_source_pixel_boxes() -
     assert [d.id for d in msg.detections] == ["1", "2"]
     first, second = msg.detections
     assert first.header == header
-    assert first.results[0].hypothesis.class_id == "car"
+    assert first.results[0].hypothesis.class_id == "0"  # LabelInfo: 0 is "car"
     assert first.results[0].hypothesis.score == pytest.approx(0.9)
     assert (first.bbox.center.position.x, first.bbox.center.position.y) == (3.0, 2.5)
     assert (first.bbox.size_x, first.bbox.size_y) == (4.0, 3.0)
-    assert second.results[0].hypothesis.class_id == "person"
+    assert second.results[0].hypothesis.class_id == "1"
     assert (second.bbox.center.position.x, second.bbox.center.position.y) == (6.5, 5.0)
     assert (second.bbox.size_x, second.bbox.size_y) == (3.0, 2.0)
 

@@ -174,7 +174,7 @@ def test_detections_3d_carry_the_2d_ids_hypotheses_and_header() -> None:
     (detection,) = msg.detections
     assert detection.header == stamp
     assert detection.id == detections_2d.detections[1].id == "2"
-    assert detection.results[0].hypothesis.class_id == "bowl"
+    assert detection.results[0].hypothesis.class_id == "1"  # "bowl", class 1 in LabelInfo
     assert detection.results[0].hypothesis.score == pytest.approx(0.6)
     centre, size = detection.bbox.center, detection.bbox.size
     assert (centre.position.x, centre.position.y, centre.position.z) == pytest.approx((0.1, -0.2, 1.5))

@@ -210,7 +210,7 @@ def _check_messages(result: SegmentationResult, labels: np.ndarray) -> None:
     for instance_id, detection in enumerate(detections.detections, start=1):
         instance = result.instances[instance_id - 1]
         assert detection.id == str(instance_id) and detection.header == header
-        assert detection.results[0].hypothesis.class_id == instance.prompt
+        assert detection.results[0].hypothesis.class_id == str(instance.prompt_index)
         assert 0 <= detection.results[0].hypothesis.score <= 1
         centre, size_x, size_y = detection.bbox.center.position, detection.bbox.size_x, detection.bbox.size_y
         assert size_x >= 0 and size_y >= 0

@@ -6,7 +6,7 @@ import numpy as np
 from std_msgs.msg import Header
 
 from tt_sam3_ros import messages
-from tt_sam3_ros.node_parameters import PARAMETERS, settings_from
+from tt_sam3_ros.node_parameters import PARAMETERS, ClassIds, settings_from
 from tt_sam3_ros.results import Instance, SegmentationResult
 from tt_sam3_ros.tracking import InstanceTracker
 
@@ -45,3 +45,34 @@ def test_the_node_settings_carry_the_tracking_parameters() -> None:
     assert (defaults.tracking, defaults.track_max_age_s, defaults.track_min_iou) == (True, 1.0, 0.3)
     changed = settings_from({**values, "tracking": False, "track_max_age_s": 2.5, "track_min_iou": 0.6})
     assert (changed.tracking, changed.track_max_age_s, changed.track_min_iou) == (False, 2.5, 0.6)
+
+
+def test_class_id_is_the_labelinfo_key_of_the_prompt() -> None:
+    """A consumer looks class_id up in LabelInfo and finds the prompt (vision_msgs' contract)."""
+    result = SegmentationResult((40, 80), ["car", "person"], [square(0.9, 10, "car")], {})
+    person = Instance("person", 1, 0.8, (50.0, 5.0, 60.0, 15.0), np.ones((10, 10), bool), (5, 50), (40, 80))
+    result.instances.append(person)
+    for class_ids in (None, {"car": 4, "person": 9}):
+        detections = messages.result_to_detections(result, Header(), class_ids)
+        names = {
+            c.class_id: c.class_name
+            for c in messages.label_info(result.prompts, 0.5, Header(), class_ids).class_map
+        }
+        assert [names[int(d.results[0].hypothesis.class_id)] for d in detections.detections] == [
+            "car",
+            "person",
+        ]
+
+
+def test_class_ids_stay_with_their_prompts_through_prompt_changes() -> None:
+    ids = ClassIds()
+    assert ids.assign(("car", "person")) == (("car", 0), ("person", 1))
+    assert ids.assign(("dog", "car")) == (("dog", 2), ("car", 0))  # new prompt: next id; car keeps 0
+    assert ids.assign(("person",)) == (("person", 1),)
+
+
+def test_class_ids_restart_from_the_prompts_in_force_when_uint16_runs_out() -> None:
+    ids = ClassIds()
+    ids.LIMIT = 3
+    ids.assign(("a", "b", "c"))
+    assert ids.assign(("c", "d")) == (("c", 0), ("d", 1))

@@ -133,6 +133,15 @@ class Sam3Client:
         self.detections[stamp_ns(msg)] = msg
         self.arrivals[stamp_ns(msg)] = time.time_ns()
 
+    def prompt_of(self, detection: Any) -> str:
+        """The prompt text of a detection: its class id looked up in the LabelInfo received."""
+        class_id = int(detection.results[0].hypothesis.class_id)
+        for label_info in reversed(self.label_infos):
+            for entry in label_info.class_map:
+                if entry.class_id == class_id:
+                    return entry.class_name
+        raise AssertionError(f"class id {class_id} is in no LabelInfo received")
+
     def _on_mask(self, msg: Image) -> None:
         self.masks[stamp_ns(msg)] = msg
 
