@@ -2,6 +2,11 @@
 
     ros2 launch tt_sam3_ros sam3.launch.py image:=/camera/image_raw prompts:="['car', 'person']"
 
+Two cameras, one node (one engine; each camera has its own outputs, served in turn):
+
+    ros2 launch tt_sam3_ros sam3.launch.py cameras:="['front', 'left']" prompts:=car \
+        front_image:=/front/color/image_raw left_image:=/left/color/image_raw
+
 Arguments (each optional):
     image        image topic to segment (default: image). With transport:=compressed in the
                  params file the node reads <image>/compressed (JPEG or PNG).
@@ -17,6 +22,12 @@ Arguments (each optional):
                  Each of these four: empty (the default) keeps the params file's value.
     params_file  parameters file (default: this package's config/sam3.yaml).
     namespace    namespace of the node; topics follow it (/<namespace>/sam3/detections).
+    cameras      camera names, a YAML list ("['front', 'left']"); empty: the params file's
+                 value (none: one camera on ``image``). Each camera reads <camera>/image
+                 (<camera>/image/compressed, <camera>/depth, <camera>/camera_info) and
+                 publishes /sam3/<camera>/detections, /sam3/<camera>/masks, ...
+    <camera>_image  for each camera named in ``cameras``, its image topic (default
+                 <camera>/image); not declared, so ``ros2 launch --show-args`` omits it.
 
 The node is a managed (lifecycle) node that configures and activates itself unless the
 params file sets ``autostart: false``; then drive it with ``ros2 lifecycle set``.
@@ -41,12 +52,31 @@ def prompt_list(text: str) -> list[str]:
         ValueError: anything else, so a typo fails the launch instead of starting a node
             that would refuse the value anyway.
     """
+    return name_list(text, "prompts")
+
+
+def name_list(text: str, argument: str) -> list[str]:
+    """A launch argument holding a YAML list of strings (or one bare word) as a list.
+
+    Raises:
+        ValueError: anything else, naming the argument and how to write it.
+    """
     value = yaml.safe_load(text)
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
         return value
-    raise ValueError(f"prompts:={text!r} is not a list of strings; write prompts:=\"['car', 'person']\"")
+    raise ValueError(f"{argument}:={text!r} is not a list of strings; write {argument}:=\"['a', 'b']\"")
+
+
+def camera_remappings(context: LaunchContext, cameras: list[str]) -> list[tuple[str, str]]:
+    """``<camera>/image`` (and its compressed twin) to the ``<camera>_image`` argument, where given."""
+    remappings = []
+    for camera in cameras:
+        topic = context.launch_configurations.get(f"{camera}_image", "").strip()
+        if topic:
+            remappings += [(f"{camera}/image", topic), (f"{camera}/image/compressed", f"{topic}/compressed")]
+    return remappings
 
 
 def threshold_value(text: str) -> float:
@@ -75,6 +105,10 @@ def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
     threshold = LaunchConfiguration("threshold").perform(context).strip()
     if threshold:
         overrides["threshold"] = threshold_value(threshold)
+    cameras_text = LaunchConfiguration("cameras").perform(context).strip()
+    cameras = name_list(cameras_text, "cameras") if cameras_text else []
+    if cameras:
+        overrides["cameras"] = cameras
     parameters: list[object] = [LaunchConfiguration("params_file")]
     if overrides:
         parameters.append(overrides)
@@ -86,7 +120,11 @@ def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
             namespace=LaunchConfiguration("namespace"),
             parameters=parameters,
             # Both input names, so transport:=compressed follows the same argument.
-            remappings=[("image", image), ("image/compressed", f"{image}/compressed")],
+            remappings=[
+                ("image", image),
+                ("image/compressed", f"{image}/compressed"),
+                *camera_remappings(context, cameras),
+            ],
             output="screen",
         )
     ]
@@ -126,6 +164,12 @@ def generate_launch_description() -> LaunchDescription:
                 "params_file", default_value=default_params, description="Node parameters (YAML)."
             ),
             DeclareLaunchArgument("namespace", default_value="", description="Namespace of the node."),
+            DeclareLaunchArgument(
+                "cameras",
+                default_value="",
+                description="Camera names, e.g. \"['front', 'left']\"; empty: from params_file "
+                "(none: one camera on image).",
+            ),
             OpaqueFunction(function=_sam3_node),
         ]
     )

@@ -2,7 +2,8 @@
 
 Kept apart from the node so the level rules and the key names (a contract: README's diagnostics
 table) live in one place and can be checked without a ROS graph. One call builds the status of
-one input stream, so a node with several cameras publishes one status per camera.
+one input stream: a node with ``cameras`` publishes the engine's (every camera's frames
+together) and one ``camera_status`` per camera.
 """
 
 from __future__ import annotations
@@ -67,6 +68,33 @@ def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatu
     return DiagnosticStatus(
         level=level,
         name=f"{view.name}: segmentation",
+        message=message,
+        hardware_id=view.device,
+        values=[KeyValue(key=key, value=value) for key, value in values.items()],
+    )
+
+
+def camera_status(view: NodeView, camera: str, stats: StatsSnapshot) -> DiagnosticStatus:
+    """The ``<node>: camera <name>`` status of a node with ``cameras``: that camera's frames alone.
+
+    Same level rules as the engine's status, judged on this camera's last frame, so a camera
+    sending bad frames shows WARN while the others stay OK.
+    """
+    level, message = health(view, stats)
+    values = {
+        "camera": camera,
+        "frames_received": str(stats.received),
+        "frames_processed": str(stats.processed),
+        "frames_dropped": str(stats.dropped),
+        "frames_rejected": str(stats.rejected),
+        "engine_errors": str(stats.engine_errors),
+        **percentiles("processing_ms", stats.processing_ms),
+        **percentiles("output_age_ms", stats.output_age_ms),
+        "last_error": stats.last_error,
+    }
+    return DiagnosticStatus(
+        level=level,
+        name=f"{view.name}: camera {camera}",
         message=message,
         hardware_id=view.device,
         values=[KeyValue(key=key, value=value) for key, value in values.items()],

@@ -40,13 +40,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import rclpy
 import rclpy.exceptions
 import rclpy.logging
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -61,7 +62,7 @@ from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
 from tt_sam3_ros import depth_pairing, messages
 from tt_sam3_ros.depth_pairing import DepthPairing, DepthStats
-from tt_sam3_ros.diagnostics import NodeView, segmentation_status
+from tt_sam3_ros.diagnostics import NodeView, camera_status, segmentation_status
 from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.node_parameters import (
     PARAMETERS,
@@ -70,6 +71,7 @@ from tt_sam3_ros.node_parameters import (
     RELIABILITIES,
     ClassIds,
     RunSettings,
+    camera_names,
     coerced,
     invalid_values,
     settings_from,
@@ -77,7 +79,14 @@ from tt_sam3_ros.node_parameters import (
 )
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
 from tt_sam3_ros.tracking import InstanceTracker
-from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker
+from tt_sam3_ros.worker import (
+    SINGLE_CAMERA,
+    CameraStats,
+    Frame,
+    FrameSlot,
+    FrameStats,
+    InferenceWorker,
+)
 
 NODE_NAME = "sam3"
 #: Seconds between two log lines about the same kind of bad frame.
@@ -102,6 +111,33 @@ OUTPUT_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
 LABEL_INFO_QOS = QoSProfile(
     depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
 )
+
+
+@dataclass
+class _Camera:
+    """One camera's inputs, outputs and counters. Without ``cameras`` the node has one, named ''.
+
+    Its topics are the node's own names under the camera's: ``front/image`` in,
+    ``~/front/detections`` out; the unnamed camera keeps ``image`` and ``~/detections``.
+    Tracking state, being per camera, belongs here too.
+    """
+
+    name: str
+    stats: CameraStats
+    depth_pairing: DepthPairing = field(default_factory=DepthPairing)
+    depth_stats: DepthStats = field(default_factory=DepthStats)
+    subscriptions: list[Subscription] = field(default_factory=list)
+    detections_pub: LifecyclePublisher | None = None
+    mask_pub: LifecyclePublisher | None = None
+    overlay_pub: LifecyclePublisher | None = None
+    detections_3d_pub: LifecyclePublisher | None = None
+    points_pub: LifecyclePublisher | None = None
+
+    PUBLISHERS = ("detections_pub", "mask_pub", "overlay_pub", "detections_3d_pub", "points_pub")
+
+    def topic(self, base: str) -> str:
+        """``base`` under this camera's name: ``front/image``; the unnamed camera's is ``base``."""
+        return f"{self.name}/{base}" if self.name else base
 
 
 def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[..., TransitionCallbackReturn]:
@@ -144,29 +180,23 @@ class Sam3Node(LifecycleNode):
         self.add_post_set_parameters_callback(self._apply_parameter_change)
 
         self._state = "unconfigured"
+        # The engine's counters: every camera's frames together.
         self._stats = FrameStats()
+        # The cameras (``cameras``, read at configure); their slots, inputs, outputs, counters.
+        self._cameras = self._make_cameras(())
         self._slot = FrameSlot()
         self._worker: InferenceWorker | None = None
-        self._image_sub: Subscription | None = None
-        self._detections_pub: LifecyclePublisher | None = None
-        self._mask_pub: LifecyclePublisher | None = None
-        self._overlay_pub: LifecyclePublisher | None = None
         self._label_info_pub: LifecyclePublisher | None = None
-        # The depth path (``depth: true``, read at activate): its inputs, outputs and counters.
+        # The depth path (``depth: true``, read at activate) of every camera.
         self._depth_enabled = False
-        self._depth_pairing = DepthPairing()
-        self._depth_stats = DepthStats()
-        self._depth_sub: Subscription | None = None
-        self._camera_info_sub: Subscription | None = None
-        self._detections_3d_pub: LifecyclePublisher | None = None
-        self._points_pub: LifecyclePublisher | None = None
         self._engine_info: dict[str, str] = {}
         self._release_lock = threading.Lock()
         # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
         self._engine_lost = False
-        # One tracker for the node's life, so a track id is never given twice, cleanup included.
-        # Only the worker thread touches it (and _release, once the worker has ended).
-        self._tracker = InstanceTracker(self._settings.track_max_age_s, self._settings.track_min_iou)
+        # One tracker per camera (tracks are per camera), made on the camera's first frame and
+        # kept for the node's life, so a camera's track id is never given twice, cleanup included.
+        # Only the worker thread touches them (and _release, once the worker has ended).
+        self._trackers: dict[str, InstanceTracker] = {}
 
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diagnostics_timer = self.create_timer(
@@ -198,8 +228,8 @@ class Sam3Node(LifecycleNode):
         """
         for name in PARAMETERS:
             parameter = self.get_parameter(name)
-            if name == "prompts" and parameter.type_ == Parameter.Type.NOT_SET:
-                continue  # unset: the node waits for prompts
+            if name in ("prompts", "cameras") and parameter.type_ == Parameter.Type.NOT_SET:
+                continue  # unset: the node waits for prompts; one camera on image
             reason = wrong_type(name, parameter.type_, parameter.value)
             if reason:
                 raise ValueError(reason)
@@ -274,10 +304,11 @@ class Sam3Node(LifecycleNode):
         SUCCESS -> inactive. FAILURE -> unconfigured, the reason logged, nothing held.
         """
         self._state = "configuring"
-        self._slot = FrameSlot()
         self._stats.start_run()
         values = self._parameter_values()
         request = {name: values[name] for name in READ_AT_CONFIGURE}
+        self._cameras = self._make_cameras(camera_names(values["cameras"]))
+        self._slot = FrameSlot(tuple(self._cameras))
         worker = InferenceWorker(
             functools.partial(self._build_segmenter, request),
             self._handle_frame,
@@ -330,8 +361,8 @@ class Sam3Node(LifecycleNode):
         ERROR instead when the engine was deemed lost: rclpy then runs ``on_error``.
         """
         self._unsubscribe()
-        if self._slot.clear():
-            self._stats.count_dropped()
+        for camera in self._slot.drain():
+            self._cameras[camera].stats.count_dropped()
         if self._engine_lost:
             return TransitionCallbackReturn.ERROR
         self._state = "inactive"
@@ -379,20 +410,18 @@ class Sam3Node(LifecycleNode):
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
                 worker.stop()
                 worker.join()
-            for name in (
-                "_detections_pub",
-                "_mask_pub",
-                "_overlay_pub",
-                "_label_info_pub",
-                "_detections_3d_pub",
-                "_points_pub",
-            ):
-                publisher = getattr(self, name)
-                if publisher is not None:
-                    self.destroy_lifecycle_publisher(publisher)
-                    setattr(self, name, None)
+            for camera in self._cameras.values():
+                for name in camera.PUBLISHERS:
+                    publisher = getattr(camera, name)
+                    if publisher is not None:
+                        self.destroy_lifecycle_publisher(publisher)
+                        setattr(camera, name, None)
+            if self._label_info_pub is not None:
+                self.destroy_lifecycle_publisher(self._label_info_pub)
+                self._label_info_pub = None
             self._engine_info = {}
-            self._tracker.reset()
+            for tracker in self._trackers.values():
+                tracker.reset()
             if self._state != "finalized":
                 self._state = "unconfigured"
 
@@ -453,66 +482,84 @@ class Sam3Node(LifecycleNode):
 
     # ----------------------------------------------------------------- topics
 
+    def _make_cameras(self, names: tuple[str, ...]) -> dict[str, _Camera]:
+        """Fresh per-camera state, counting into the engine's; no names: the one camera on ``image``."""
+        return {
+            name: _Camera(name, CameraStats(FrameStats(), self._stats)) for name in names or (SINGLE_CAMERA,)
+        }
+
     def _create_publishers(self) -> None:
-        self._detections_pub = self.create_lifecycle_publisher(Detection2DArray, "~/detections", OUTPUT_QOS)
-        self._mask_pub = self.create_lifecycle_publisher(Image, "~/masks", OUTPUT_QOS)
-        self._overlay_pub = self.create_lifecycle_publisher(Image, "~/overlay", OUTPUT_QOS)
+        """Each camera's outputs under ``~/<camera>/``; LabelInfo is one topic for all cameras."""
+        for camera in self._cameras.values():
+            camera.detections_pub = self._output(camera, Detection2DArray, "detections")
+            camera.mask_pub = self._output(camera, Image, "masks")
+            camera.overlay_pub = self._output(camera, Image, "overlay")
+            camera.detections_3d_pub = self._output(camera, Detection3DArray, "detections_3d")
+            camera.points_pub = self._output(camera, PointCloud2, "points")
         self._label_info_pub = self.create_lifecycle_publisher(LabelInfo, "~/label_info", LABEL_INFO_QOS)
-        self._detections_3d_pub = self.create_lifecycle_publisher(
-            Detection3DArray, "~/detections_3d", OUTPUT_QOS
-        )
-        self._points_pub = self.create_lifecycle_publisher(PointCloud2, "~/points", OUTPUT_QOS)
+
+    def _output(self, camera: _Camera, msg_type: Any, name: str) -> LifecyclePublisher:
+        return self.create_lifecycle_publisher(msg_type, f"~/{camera.topic(name)}", OUTPUT_QOS)
 
     def _subscribe(self) -> None:
         """Subscribe with the QoS from parameters; best effort by default, which every publisher matches."""
         reliability = RELIABILITIES[self.get_parameter("qos_reliability").value]
         qos = QoSProfile(depth=self.get_parameter("qos_depth").value, reliability=reliability)
-        if self.get_parameter("transport").value == "compressed":
-            self._image_sub = self.create_subscription(
-                CompressedImage, "image/compressed", self._on_image, qos
-            )
-        else:
-            self._image_sub = self.create_subscription(Image, "image", self._on_image, qos)
-        self.get_logger().info(f"subscribed to {self._image_sub.topic_name}")
-        if self.get_parameter("depth").value:
-            self._subscribe_depth(qos)
+        compressed = self.get_parameter("transport").value == "compressed"
+        depth = bool(self.get_parameter("depth").value)
+        for camera in self._cameras.values():
+            on_image = functools.partial(self._on_image, camera)
+            if compressed:
+                image_sub = self.create_subscription(
+                    CompressedImage, camera.topic("image/compressed"), on_image, qos
+                )
+            else:
+                image_sub = self.create_subscription(Image, camera.topic("image"), on_image, qos)
+            camera.subscriptions.append(image_sub)
+            self.get_logger().info(f"subscribed to {image_sub.topic_name}")
+            if depth:
+                self._subscribe_depth(camera, qos)
+        self._depth_enabled = depth
 
-    def _subscribe_depth(self, qos: QoSProfile) -> None:
+    def _subscribe_depth(self, camera: _Camera, qos: QoSProfile) -> None:
         """Depth and camera_info, with the image's QoS; their callbacks only store the message."""
-        self._depth_pairing.clear()
-        self._depth_sub = self.create_subscription(Image, "depth", self._on_depth, qos)
-        self._camera_info_sub = self.create_subscription(CameraInfo, "camera_info", self._on_camera_info, qos)
-        self._depth_enabled = True
+        camera.depth_pairing.clear()
+        depth_sub = self.create_subscription(
+            Image, camera.topic("depth"), functools.partial(self._on_depth, camera), qos
+        )
+        camera_info_sub = self.create_subscription(
+            CameraInfo, camera.topic("camera_info"), functools.partial(self._on_camera_info, camera), qos
+        )
+        camera.subscriptions += [depth_sub, camera_info_sub]
         self.get_logger().info(
-            f"depth on: subscribed to {self._depth_sub.topic_name} and {self._camera_info_sub.topic_name}"
+            f"depth on: subscribed to {depth_sub.topic_name} and {camera_info_sub.topic_name}"
         )
 
     def _unsubscribe(self) -> None:
         self._depth_enabled = False
-        for name in ("_image_sub", "_depth_sub", "_camera_info_sub"):
-            subscription = getattr(self, name)
-            setattr(self, name, None)
-            if subscription is not None:
+        for camera in self._cameras.values():
+            subscriptions, camera.subscriptions = camera.subscriptions, []
+            for subscription in subscriptions:
                 self.destroy_subscription(subscription)
-        self._depth_pairing.clear()
+            camera.depth_pairing.clear()
 
-    def _on_image(self, msg: Image | CompressedImage) -> None:
-        """Hand the newest frame to the worker; never waits for inference."""
-        self._stats.count_received()
+    def _on_image(self, camera: _Camera, msg: Image | CompressedImage) -> None:
+        """Hand the camera's newest frame to the worker; never waits for inference."""
+        camera.stats.count_received()
         if not self._settings.prompts:
             return
         if self._depth_enabled:
-            self._depth_pairing.note_colour(depth_pairing.stamp_ns(msg.header))
-        if self._slot.put(Frame(msg, time.monotonic())):
-            self._stats.count_dropped()
+            camera.depth_pairing.note_colour(depth_pairing.stamp_ns(msg.header))
+        if self._slot.put(Frame(msg, time.monotonic(), camera.name)):
+            camera.stats.count_dropped()
 
-    def _on_depth(self, msg: Image) -> None:
-        self._depth_stats.count_depth()
-        self._depth_pairing.add_depth(msg)
+    def _on_depth(self, camera: _Camera, msg: Image) -> None:
+        camera.depth_stats.count_depth()
+        camera.depth_pairing.add_depth(msg)
 
-    def _on_camera_info(self, msg: CameraInfo) -> None:
-        self._depth_stats.count_camera_info()
-        self._depth_pairing.set_camera_info(msg)
+    def _on_camera_info(self, camera: _Camera, msg: CameraInfo) -> None:
+        camera.depth_stats.count_camera_info()
+        camera.depth_pairing.set_camera_info(msg)
 
     def _publish_label_info(self) -> None:
         if self._label_info_pub is None:
@@ -530,9 +577,10 @@ class Sam3Node(LifecycleNode):
     def _handle_frame(self, segmenter: Any, frame: Frame) -> None:
         """Decode, segment and publish one frame; bad input and engine faults are counted, never fatal."""
         settings = self._settings
+        camera = self._cameras[frame.camera]
         started = time.monotonic()
         if self._depth_enabled:
-            self._depth_pairing.claim(depth_pairing.stamp_ns(frame.msg.header))
+            camera.depth_pairing.claim(depth_pairing.stamp_ns(frame.msg.header))
         try:
             rgb = self._decode(frame.msg)
             result = segmenter(
@@ -542,34 +590,39 @@ class Sam3Node(LifecycleNode):
                 max_instances=settings.max_instances,
             )
         except InputError as error:
-            self._count_rejected(frame, error)
+            self._count_rejected(camera, frame, error)
             return
         except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
-            self._count_engine_error(error)
+            self._count_engine_error(camera, error)
             return
-        result = self._track(result, frame, settings)
+        result = self._track(result, frame, settings)  # frame.camera's own tracks
         try:
-            self._publish_result(frame.msg.header, rgb, result, settings)
+            self._publish_result(camera, frame.msg.header, rgb, result, settings)
         except Exception as error:
             if not self.context.ok():
                 return  # shutting down: the publishers are gone
-            self._count_engine_error(error)
+            self._count_engine_error(camera, error)
             return
-        self._count_processed(frame.msg.header, (time.monotonic() - started) * 1000.0)
+        self._count_processed(camera, frame.msg.header, (time.monotonic() - started) * 1000.0)
 
     def _track(self, result: Any, frame: Frame, settings: RunSettings) -> Any:
-        """Give the instances their track ids (tracking on), or forget the tracks (off).
+        """Give the instances their track ids from their camera's tracker (tracking on), or forget
+        that camera's tracks (off).
 
         Tracks age by the image stamps; a stream without stamps ages them by arrival time.
         Tracks of prompts that were removed are dropped by the tracker itself.
         """
+        tracker = self._trackers.get(frame.camera)
+        if tracker is None:
+            tracker = InstanceTracker(settings.track_max_age_s, settings.track_min_iou)
+            self._trackers[frame.camera] = tracker
         if not settings.tracking:
-            self._tracker.reset()
+            tracker.reset()
             return result
-        self._tracker.configure(settings.track_max_age_s, settings.track_min_iou)
+        tracker.configure(settings.track_max_age_s, settings.track_min_iou)
         stamp = frame.msg.header.stamp
         stamp_s = stamp.sec + stamp.nanosec * 1e-9 if (stamp.sec or stamp.nanosec) else frame.received_s
-        return self._tracker.update(result, stamp_s)
+        return tracker.update(result, stamp_s)
 
     @staticmethod
     def _decode(msg: Image | CompressedImage) -> np.ndarray:
@@ -577,9 +630,11 @@ class Sam3Node(LifecycleNode):
             return messages.compressed_to_rgb(msg)
         return messages.image_to_rgb(msg)
 
-    def _publish_result(self, header: Header, rgb: np.ndarray, result: Any, settings: RunSettings) -> None:
-        """Publish detections and mask (and the overlay while subscribed), all with the input header."""
-        detections_pub, mask_pub, overlay_pub = self._detections_pub, self._mask_pub, self._overlay_pub
+    def _publish_result(
+        self, camera: _Camera, header: Header, rgb: np.ndarray, result: Any, settings: RunSettings
+    ) -> None:
+        """Publish the camera's detections and mask (and overlay while subscribed), with the input header."""
+        detections_pub, mask_pub, overlay_pub = camera.detections_pub, camera.mask_pub, camera.overlay_pub
         if detections_pub is None or mask_pub is None:
             return
         labels = result.instance_mask()
@@ -591,10 +646,11 @@ class Sam3Node(LifecycleNode):
 
             overlay_pub.publish(messages.rgb_to_image(draw_overlay(rgb, result, labels), header))
         if self._depth_enabled:
-            self._publish_3d(header, result, labels, detections, settings)
+            self._publish_3d(camera, header, result, labels, detections, settings)
 
     def _publish_3d(
         self,
+        camera: _Camera,
         header: Header,
         result: Any,
         labels: np.ndarray,
@@ -602,12 +658,12 @@ class Sam3Node(LifecycleNode):
         settings: RunSettings,
     ) -> None:
         """The 3D outputs of one answered frame; without usable depth it stays answered in 2D only."""
-        detections_3d_pub, points_pub = self._detections_3d_pub, self._points_pub
+        detections_3d_pub, points_pub = camera.detections_3d_pub, camera.points_pub
         if detections_3d_pub is None or points_pub is None:
             return
-        pairing = self._depth_pairing.take(depth_pairing.stamp_ns(header), settings.depth.max_skew_s)
+        pairing = camera.depth_pairing.take(depth_pairing.stamp_ns(header), settings.depth.max_skew_s)
         if pairing.reason:
-            self._depth_stats.count_without_depth(pairing.reason)
+            camera.depth_stats.count_without_depth(pairing.reason)
             self.get_logger().warning(
                 f"frame answered in 2D only: {pairing.reason}", throttle_duration_sec=LOG_THROTTLE_S
             )
@@ -619,7 +675,7 @@ class Sam3Node(LifecycleNode):
             )
         except InputError as error:
             reason = f"depth refused: {error}"
-            self._depth_stats.count_rejected(reason)
+            camera.depth_stats.count_rejected(reason)
             self.get_logger().warning(
                 f"frame answered in 2D only: {reason}", throttle_duration_sec=LOG_THROTTLE_S
             )
@@ -627,24 +683,24 @@ class Sam3Node(LifecycleNode):
         detections_3d_pub.publish(answer.detections)
         if answer.cloud is not None:
             points_pub.publish(answer.cloud)
-        self._depth_stats.count_3d()
+        camera.depth_stats.count_3d()
 
-    def _count_processed(self, header: Header, processing_ms: float) -> None:
+    def _count_processed(self, camera: _Camera, header: Header, processing_ms: float) -> None:
         stamp_ns = header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
         age_ms = (self.get_clock().now().nanoseconds - stamp_ns) / 1e6 if stamp_ns else None
-        self._stats.count_processed(processing_ms, age_ms)
+        camera.stats.count_processed(processing_ms, age_ms)
 
-    def _count_rejected(self, frame: Frame, error: InputError) -> None:
+    def _count_rejected(self, camera: _Camera, frame: Frame, error: InputError) -> None:
         # Both come from the message: quoted and cut, so they cannot forge or flood a log line.
         frame_id = frame.msg.header.frame_id
         source = f"frame_id {quoted(frame_id)}" if frame_id else "no frame_id"
         reason = f"bad input frame ({source}): {printable(error, REASON_LIMIT)}"
-        self._stats.count_rejected(reason)
+        camera.stats.count_rejected(reason)
         self.get_logger().warning(f"skipped {reason}", throttle_duration_sec=LOG_THROTTLE_S)
 
-    def _count_engine_error(self, error: Exception) -> None:
+    def _count_engine_error(self, camera: _Camera, error: Exception) -> None:
         reason = f"engine error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
-        in_a_row = self._stats.count_engine_error(reason)
+        in_a_row = camera.stats.count_engine_error(reason)
         self.get_logger().error(
             f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}",
             throttle_duration_sec=LOG_THROTTLE_S,
@@ -671,18 +727,25 @@ class Sam3Node(LifecycleNode):
     # ----------------------------------------------------------------- diagnostics
 
     def _publish_diagnostics(self) -> None:
-        """One DiagnosticStatus about engine, state, frame counts and recent timings (~1 Hz)."""
-        status = self._diagnostic_status()
+        """The engine's status (state, frame counts and recent timings of all cameras), ~1 Hz.
+
+        With ``cameras``, one status per camera follows (and its depth status with depth on).
+        """
+        view = self._node_view()
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
-        array.status.append(status)
-        if self._depth_enabled:
-            array.status.append(self._depth_stats.status(self.get_name()))
+        array.status.append(segmentation_status(view, self._stats.snapshot()))
+        for camera in self._cameras.values():
+            if camera.name:
+                array.status.append(camera_status(view, camera.name, camera.stats.camera.snapshot()))
+            if self._depth_enabled:
+                prefix = f"{self.get_name()}: camera {camera.name}" if camera.name else self.get_name()
+                array.status.append(camera.depth_stats.status(prefix))
         self._diagnostics_pub.publish(array)
 
-    def _diagnostic_status(self) -> DiagnosticStatus:
+    def _node_view(self) -> NodeView:
         engine = self._engine_info
-        view = NodeView(
+        return NodeView(
             name=self.get_name(),
             state=self._state,
             engine=engine.get("engine", self.get_parameter("engine").value),
@@ -691,7 +754,6 @@ class Sam3Node(LifecycleNode):
             model=engine.get("model", self.get_parameter("model_id").value),
             prompts=self._settings.prompts,
         )
-        return segmentation_status(view, self._stats.snapshot())
 
 
 class _RosLogHandler(logging.Handler):

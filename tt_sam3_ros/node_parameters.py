@@ -8,6 +8,7 @@ one home, never written again here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,10 @@ from tt_sam3_ros.tiny_model import TINY_MODEL_ID
 from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, check_tracking_settings
 
 TRANSPORTS = ("raw", "compressed")
+#: Most cameras one node serves: each adds a subscription, five publishers and a status.
+MAX_CAMERAS = 16
+#: A camera name is one ROS name token: it becomes part of topic names (front/image, ~/front/masks).
+CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 
 # When each parameter may change. Dynamic ones apply from the next processed frame.
@@ -58,6 +63,7 @@ READ_AT_CONFIGURE = (
     "revision",
     "weights_dir",
     "max_image_side",
+    "cameras",
 )
 READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth", "depth")
 
@@ -253,6 +259,16 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
             integer_range=_int_range(1, 64),
         ),
     ),
+    "cameras": (
+        Parameter.Type.STRING_ARRAY,
+        _describe(
+            "Camera names, e.g. ['front', 'left']: the node reads <camera>/image (and <camera>/depth, "
+            "<camera>/camera_info) and publishes ~/<camera>/detections, ~/<camera>/masks, ... per camera, "
+            "serving them in turn. Unset or empty: one camera on 'image'. Read at configure.",
+            additional_constraints=f"at most {MAX_CAMERAS} distinct names, letters, digits and '_', "
+            "starting with a letter",
+        ),
+    ),
     "autostart": (
         True,
         _describe("Configure and activate at start; false waits for lifecycle transitions.", read_only=True),
@@ -322,6 +338,8 @@ def _example(name: str) -> str:
     default = PARAMETERS[name][0]
     if name == "prompts":
         return "['car', 'person']"
+    if name == "cameras":
+        return "['front', 'left']"
     if isinstance(default, bool):
         return "true"
     if isinstance(default, str):
@@ -419,9 +437,31 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
             return f"{name} must be one of {', '.join(choices)}; got {quoted(values[name])}"
     try:
         _depth_limits(values)
+        camera_names(values.get("cameras"))
     except InputError as error:
         return str(error)
     return ""
+
+
+def camera_names(cameras: list[str] | None) -> tuple[str, ...]:
+    """The ``cameras`` parameter checked: distinct ROS name tokens; () when unset or empty.
+
+    Raises:
+        InputError: naming the offending entry (quoted: it is untrusted text).
+    """
+    names = tuple(cameras or ())
+    if len(names) > MAX_CAMERAS:
+        raise InputError(f"cameras: at most {MAX_CAMERAS} cameras, got {len(names)}")
+    for name in names:
+        if not CAMERA_NAME.fullmatch(name):
+            raise InputError(
+                f"cameras: {quoted(name)} is not a camera name (a letter, then up to 63 letters, "
+                "digits or '_')"
+            )
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InputError(f"cameras: {quoted(duplicates[0])} is named twice")
+    return names
 
 
 def _depth_limits(values: dict[str, Any]) -> DepthLimits:

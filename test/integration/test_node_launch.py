@@ -15,7 +15,7 @@ import pytest
 
 LAUNCH_FILE = Path(__file__).resolve().parents[2] / "launch" / "sam3.launch.py"
 ARGUMENTS = {"image", "prompts", "engine", "model_id", "device", "dtype", "threshold", "params_file"}
-ARGUMENTS |= {"namespace"}
+ARGUMENTS |= {"namespace", "cameras"}
 
 
 def test_launch_file_is_python_with_a_generate_launch_description() -> None:
@@ -73,3 +73,14 @@ def test_threshold_argument_is_read_as_a_number() -> None:
     assert module.threshold_value("0") == 0.0 and module.threshold_value("0.4") == 0.4
     with pytest.raises(ValueError, match="not a number"):
         module.threshold_value("high")
+
+
+def test_each_cameras_image_argument_remaps_that_camera_only() -> None:
+    module, launch = _load_launch_module()
+    context = launch.LaunchContext()
+    context.launch_configurations["front_image"] = "/front/color/image_raw"
+    assert module.camera_remappings(context, ["front", "left"]) == [
+        ("front/image", "/front/color/image_raw"),
+        ("front/image/compressed", "/front/color/image_raw/compressed"),
+    ]
+    assert module.name_list("['front', 'left']", "cameras") == ["front", "left"]

@@ -36,7 +36,7 @@ def test_config_file_lists_every_parameter_at_its_default() -> None:
     assert set(values) == set(PARAMETERS)
     for name, default in _defaults().items():
         # An empty list in a params file leaves a parameter unset, like prompts' default.
-        assert (values[name] or None if name == "prompts" else values[name]) == default, name
+        assert (values[name] or None if name in ("prompts", "cameras") else values[name]) == default, name
 
 
 def test_every_parameter_says_what_it_does_and_its_range() -> None:
