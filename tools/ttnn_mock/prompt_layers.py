@@ -1,0 +1,227 @@
+"""Run the prompt path's TT-NN modules with the real ttnn 0.81.1 library on a mock p150a.
+
+The modules (ttnn_model/fusion_encoder.py, decoder.py, scoring.py, segmentation_head.py) are not
+wired into the engine yet, so this runner calls each one as the engine will: one fusion-encoder
+layer, one decoder layer, the scoring and the segmentation head's pieces, on zero-valued device
+tensors of the real shapes (nothing computes on the mock; numerics are the emulator's job).
+The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
+picks its program factories and sizes their circular buffers against the real allocator.
+
+Two halves, as tools/ttnn_mock/image_path.py has: ``write_manifest`` runs where torch is (the
+weights' names, roles and shapes from prompt_weights' own preparation of transformers' modules),
+``main`` runs in .venv-ttnn (CPython 3.12, no torch) and writes a JSON report, one entry per module.
+
+Usage: .venv-ttnn/bin/python tools/ttnn_mock/prompt_layers.py MANIFEST.json --harvest 3 --json OUT.json
+Exit 0 when every module was accepted; 1 otherwise (the error of each failing one in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "tools")]
+
+from ttnn_mock import toolchain  # noqa: E402 - after the path set-up above
+
+#: Sizes of the check: SAM 3 itself and the tiny test model.
+SIZES = ("full", "tiny")
+
+
+def write_manifest(size: str, path: Path) -> Path:
+    """Torch side: the prepared weights' shapes and roles, and the layer dimensions, as JSON."""
+    from transformers import Sam3Config
+    from transformers.models.sam3 import modeling_sam3 as sam3
+
+    from tt_sam3_ros.engines.ttnn_model import prompt_weights
+    from tt_sam3_ros.tiny_model import tiny_sam3_config
+
+    config = Sam3Config() if size == "full" else tiny_sam3_config()
+    decoder = sam3.Sam3DetrDecoder(config.detr_decoder_config)
+    encoder_layer = sam3.Sam3DetrEncoderLayer(config.detr_encoder_config)
+    scoring = sam3.Sam3DotProductScoring(config)
+    head = sam3.Sam3MaskDecoder(config.mask_decoder_config)
+    groups = {
+        "encoder": prompt_weights.prepare_fusion_encoder_layer(encoder_layer),
+        "decoder": prompt_weights.prepare_decoder_layer(decoder.layers[0]),
+        "scoring": prompt_weights.prepare_scoring(scoring, decoder),
+        "head": prompt_weights.prepare_segmentation_head(head),
+    }
+    attention = encoder_layer.self_attn
+    manifest = {
+        "size": size,
+        "hidden": attention.hidden_size,
+        "heads": attention.num_attention_heads,
+        "intermediate": encoder_layer.mlp.fc1.out_features,
+        "eps": encoder_layer.layer_norm1.eps,
+        "queries": config.detr_decoder_config.num_queries,
+        "scale": float(scoring.scale),
+        "weights": {
+            group: {name: [list(w.values.shape), w.kind] for name, w in host.items()}
+            for group, host in groups.items()
+        },
+    }
+    path.write_text(json.dumps(manifest))
+    return path
+
+
+def _import_modules() -> types.SimpleNamespace:
+    """The device modules, imported with a stand-in torch (their host helpers are not called here)."""
+    stand_in = types.ModuleType("torch")
+    sys.modules.setdefault("torch", stand_in)
+    try:
+        from tt_sam3_ros.engines.ttnn_model import (
+            attention,
+            config,
+            decoder,
+            fusion_encoder,
+            prompt_config,
+            scoring,
+            segmentation_head,
+        )
+    finally:
+        if sys.modules.get("torch") is stand_in:
+            del sys.modules["torch"]
+    return types.SimpleNamespace(
+        attention=attention,
+        config=config,
+        decoder=decoder,
+        fusion_encoder=fusion_encoder,
+        prompt_config=prompt_config,
+        scoring=scoring,
+        segmentation_head=segmentation_head,
+    )
+
+
+def run(manifest: dict[str, Any], report: dict[str, Any]) -> None:
+    """Every module once, eagerly, on one mock device; one report entry per module."""
+    import numpy as np
+    import ttnn
+
+    m = _import_modules()
+    device = ttnn.open_device(device_id=0, l1_small_size=32768, trace_region_size=64 << 20)
+    grid = device.compute_with_storage_grid_size()
+    report["grid"] = [grid.x, grid.y]
+    try:
+        settings = m.config.device_settings(ttnn, device)
+
+        def zeros(shape: tuple[int, ...], dtype: Any = ttnn.bfloat16) -> Any:
+            host = ttnn.Tensor(np.zeros(shape, np.float32), dtype, None, ttnn.TILE_LAYOUT)
+            return host.to(device, ttnn.DRAM_MEMORY_CONFIG)
+
+        def weights(group: str) -> dict[str, Any]:
+            return {
+                name: zeros(tuple(shape), ttnn.bfloat8_b if kind == "matmul" else ttnn.bfloat16)
+                for name, (shape, kind) in manifest["weights"][group].items()
+            }
+
+        c, heads, eps = manifest["hidden"], manifest["heads"], manifest["eps"]
+        shape = m.attention.AttentionShape.of(c, heads)
+        layer = m.prompt_config.PromptLayerConfig(c, manifest["intermediate"], shape, eps)
+        s, t, pixels = 72 * 72, m.prompt_config.padded_length(33), 288 * 288
+        q = m.prompt_config.padded_length(1 + manifest["queries"])
+        scoring_config = m.scoring.ScoringConfig(eps, manifest["scale"], 12.0, 10.0)
+        inputs = m.decoder.DecoderInputs(
+            query_pos=zeros((1, q, c)),
+            self_mask=zeros((1, 1, q, q)),
+            text=zeros((1, t, c)),
+            text_mask=zeros((1, 1, q, t)),
+            vision=zeros((1, s, c)),
+            vision_keyed=zeros((1, s, c)),
+            box_bias=zeros((1, heads, q, s)),
+        )
+        encoder_w, decoder_w, scoring_w, head_w = (
+            weights(g) for g in ("encoder", "decoder", "scoring", "head")
+        )
+        steps = {
+            "fusion_encoder_layer": lambda: m.fusion_encoder.fusion_encoder_layer(
+                ttnn,
+                zeros((1, s, c)),
+                zeros((1, t, c)),
+                zeros((1, s, c)),
+                zeros((1, 1, s, t)),
+                encoder_w,
+                layer,
+                settings,
+            ),
+            "decoder_layer": lambda: m.decoder.decoder_layer(
+                ttnn, zeros((1, q, c)), inputs, decoder_w, layer, settings
+            ),
+            "query_logits": lambda: m.scoring.query_logits(
+                ttnn,
+                zeros((1, q, c)),
+                zeros((1, t, c)),
+                zeros((1, 1, t)),
+                scoring_w,
+                scoring_config,
+                settings,
+            ),
+            "presence_logits": lambda: m.scoring.presence_logits(
+                ttnn, zeros((1, q, c)), scoring_w, scoring_config, settings
+            ),
+            "detection_scores": lambda: m.scoring.detection_scores(
+                ttnn, zeros((1, q, 1)), zeros((1, q, 1)), zeros((1, q, q)), settings
+            ),
+            "head_prompt_attention": lambda: m.segmentation_head.prompt_cross_attention(
+                ttnn, zeros((1, s, c)), zeros((1, t, c)), zeros((1, 1, s, t)), head_w, shape, eps, settings
+            ),
+            "mask_logits": lambda: m.segmentation_head.mask_logits(
+                ttnn,
+                m.segmentation_head.mask_embeddings(ttnn, zeros((1, q, c)), head_w, settings),
+                zeros((1, pixels, c)),
+                head_w,
+                settings,
+            ),
+        }
+        for name, step in steps.items():
+            try:
+                out = step()
+                report["modules"][name] = {"ok": True, "shape": list(out.shape)}
+                ttnn.deallocate(out)
+            except Exception as error:
+                report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+    finally:
+        ttnn.close_device(device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("manifest", type=Path)
+    parser.add_argument("--harvest", type=int, default=toolchain.HARVEST_MASKS["harvested"])
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args(argv)
+    out, manifest = args.json.resolve(), json.loads(args.manifest.resolve().read_text())
+    report: dict[str, Any] = {
+        "size": manifest["size"],
+        "harvest_mask": args.harvest,
+        "modules": {},
+        "ok": False,
+    }
+    try:
+        with tempfile.TemporaryDirectory(prefix="ttnn-mock-prompt-") as scratch:
+            os.environ.update(toolchain.build(Path(scratch), args.harvest))
+            os.chdir(scratch)  # tt-metal writes generated/ into the cwd
+            try:
+                run(manifest, report)
+                report["ok"] = bool(report["modules"]) and all(v["ok"] for v in report["modules"].values())
+            except Exception as error:
+                report["error"] = f"{type(error).__name__}: {error}"[:3000]
+                report["traceback"] = traceback.format_exc()[-3000:]
+    except toolchain.MockUnavailableError as error:
+        report["unavailable"] = str(error)
+    out.write_text(json.dumps(report))
+    status = "ok" if report["ok"] else "FAILED"
+    print(f"mock p150a (harvest mask {args.harvest}), prompt path {manifest['size']}: {status}")
+    return 0 if report["ok"] or "unavailable" in report else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
