@@ -115,7 +115,7 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         True,
         _describe(
             "Give each detection a track id kept from frame to frame (Detection2D.id); false: ids are "
-            "the detections' positions 1..N. Switching it changes nothing else; tracks restart."
+            "the detections' positions 1..N. A frame served with it off ends every track."
         ),
     ),
     "track_max_age_s": (
