@@ -48,7 +48,6 @@ def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
 
 def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatus:
     """The ``<node>: segmentation`` status: level, summary and every value of README's table."""
-    level, message = health(view, stats)
     values = {
         "state": view.state,
         "engine": view.engine,
@@ -56,22 +55,9 @@ def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatu
         "dtype": view.dtype,
         "model": view.model,
         "prompts": ", ".join(view.prompts),
-        "frames_received": str(stats.received),
-        "frames_processed": str(stats.processed),
-        "frames_dropped": str(stats.dropped),
-        "frames_rejected": str(stats.rejected),
-        "engine_errors": str(stats.engine_errors),
-        **percentiles("processing_ms", stats.processing_ms),
-        **percentiles("output_age_ms", stats.output_age_ms),
-        "last_error": stats.last_error,
+        **_frame_values(stats),
     }
-    return DiagnosticStatus(
-        level=level,
-        name=f"{view.name}: segmentation",
-        message=message,
-        hardware_id=view.device,
-        values=[KeyValue(key=key, value=value) for key, value in values.items()],
-    )
+    return _status(view, f"{view.name}: segmentation", stats, values)
 
 
 def camera_status(view: NodeView, camera: str, stats: StatsSnapshot) -> DiagnosticStatus:
@@ -80,9 +66,12 @@ def camera_status(view: NodeView, camera: str, stats: StatsSnapshot) -> Diagnost
     Same level rules as the engine's status, judged on this camera's last frame, so a camera
     sending bad frames shows WARN while the others stay OK.
     """
-    level, message = health(view, stats)
-    values = {
-        "camera": camera,
+    return _status(view, f"{view.name}: camera {camera}", stats, {"camera": camera, **_frame_values(stats)})
+
+
+def _frame_values(stats: StatsSnapshot) -> dict[str, str]:
+    """The counters, recent timings and last error of one stream, as KeyValue strings."""
+    return {
         "frames_received": str(stats.received),
         "frames_processed": str(stats.processed),
         "frames_dropped": str(stats.dropped),
@@ -92,9 +81,13 @@ def camera_status(view: NodeView, camera: str, stats: StatsSnapshot) -> Diagnost
         **percentiles("output_age_ms", stats.output_age_ms),
         "last_error": stats.last_error,
     }
+
+
+def _status(view: NodeView, name: str, stats: StatsSnapshot, values: dict[str, str]) -> DiagnosticStatus:
+    level, message = health(view, stats)
     return DiagnosticStatus(
         level=level,
-        name=f"{view.name}: camera {camera}",
+        name=name,
         message=message,
         hardware_id=view.device,
         values=[KeyValue(key=key, value=value) for key, value in values.items()],

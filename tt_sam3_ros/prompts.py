@@ -20,7 +20,8 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: boo
     """Check prompts and return them stripped of surrounding whitespace.
 
     ``exact`` refuses surrounding whitespace instead of stripping it: the node publishes each
-    prompt as a class id, and a consumer matching the parameter's text must find it unchanged.
+    prompt as a class name in LabelInfo, and a consumer matching the parameter's text must find
+    it unchanged.
 
     Raises:
         InputError: naming the limit that was broken and the offending value.
@@ -42,7 +43,7 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: boo
             raise InputError(f"prompt {index} {quoted(text)} holds a control character (newline, tab)")
         if exact and text != prompt:
             raise InputError(
-                f"prompt {index} {quoted(prompt)} has spaces around it; it is published as the class id "
+                f"prompt {index} {quoted(prompt)} has spaces around it; it is published as a class name "
                 f"exactly as given, so write {quoted(text)}"
             )
         if len(text) > MAX_PROMPT_CHARS:

@@ -19,6 +19,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
+from tt_sam3_ros.diagnostics import segmentation_status
 from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
 from tt_sam3_ros.results import SegmentationResult
 from tt_sam3_ros.worker import Frame
@@ -78,6 +79,11 @@ def _image(frame_id: str = "cam", encoding: str = "rgb8", width: int = 8, height
     return msg
 
 
+def _status(sam3: Sam3Node):
+    """The node's /diagnostics status about its engine and frames, as published."""
+    return segmentation_status(sam3._node_view(), sam3._stats.snapshot())
+
+
 def _wait(condition: Any, timeout_s: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while not condition() and time.monotonic() < deadline:
@@ -91,7 +97,7 @@ def test_a_warmup_failure_releases_the_engine_and_a_second_configure_succeeds(co
     try:
         assert sam3.trigger_configure() == TransitionCallbackReturn.FAILURE
         assert failing.closed == 1, "the engine that failed its warm-up was never closed"
-        assert sam3._diagnostic_status().values[0].value == "unconfigured"
+        assert _status(sam3).values[0].value == "unconfigured"
         assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert working.closed == 0
     finally:
@@ -102,7 +108,7 @@ def test_a_warmup_failure_releases_the_engine_and_a_second_configure_succeeds(co
 
 def _handle(sam3: Sam3Node, segmenter: ScriptedSegmenter, msg: Image) -> dict[str, str]:
     sam3._handle_frame(segmenter, Frame(msg, time.monotonic()))
-    return {kv.key: kv.value for kv in sam3._diagnostic_status().values}
+    return {kv.key: kv.value for kv in _status(sam3).values}
 
 
 def test_only_input_errors_count_as_bad_input(context) -> None:
@@ -135,7 +141,7 @@ def test_untrusted_text_in_the_reason_is_quoted_and_bounded(context, frame_id: s
     sam3 = _node(context, [])
     try:
         values = _handle(sam3, ScriptedSegmenter(), _image(frame_id=frame_id, encoding=encoding))
-        status = sam3._diagnostic_status()
+        status = _status(sam3)
         assert values["frames_rejected"] == "1"
         for text in (values["last_error"], status.message):
             assert len(text) < 400, f"{len(text)} characters"
@@ -153,7 +159,7 @@ def test_a_run_of_engine_errors_takes_the_lifecycle_error_path(context) -> None:
         assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
         for _ in range(ENGINE_ERROR_LIMIT):
             calls = lost.calls
-            sam3._on_image(_image())
+            sam3._on_image(next(iter(sam3._cameras.values())), _image())
             assert _wait(lambda c=calls: lost.calls > c or sam3._state != "active")
         assert _wait(lambda: sam3._state == "unconfigured"), sam3._state
         assert lost.closed == 1, "the lost engine was not released"

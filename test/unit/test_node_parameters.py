@@ -123,7 +123,7 @@ def test_the_threshold_descriptor_and_the_check_agree_on_the_range() -> None:
         assert "threshold must be in" in invalid_values({**_defaults(), "threshold": value}), value
 
 
-def test_a_prompt_with_surrounding_spaces_is_refused_so_class_id_is_the_parameter_text() -> None:
+def test_a_prompt_with_surrounding_spaces_is_refused_so_label_info_has_the_parameter_text() -> None:
     reason = invalid_values({**_defaults(), "prompts": ["car", " person "]}, prompts_required=True)
     assert "prompt 1" in reason and "'person'" in reason, reason
 
