@@ -101,8 +101,9 @@ def _import_modules() -> types.SimpleNamespace:
     )
 
 
-def run(manifest: dict[str, Any], report: dict[str, Any]) -> None:
-    """Every module once, eagerly, on one mock device; one report entry per module."""
+def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> None:
+    """Every module once, eagerly, on one mock device, for `batch` prompts (the image's position
+    encoding and the queries' self-attention mask shared, as broadcasts); one entry per module."""
     import numpy as np
     import ttnn
 
@@ -129,14 +130,15 @@ def run(manifest: dict[str, Any], report: dict[str, Any]) -> None:
         s, t, pixels = 72 * 72, m.prompt_config.padded_length(33), 288 * 288
         q = m.prompt_config.padded_length(1 + manifest["queries"])
         scoring_config = m.scoring.ScoringConfig(eps, manifest["scale"], 12.0, 10.0)
+        b = batch
         inputs = m.decoder.DecoderInputs(
-            query_pos=zeros((1, q, c)),
+            query_pos=zeros((b, q, c)),
             self_mask=zeros((1, 1, q, q)),
-            text=zeros((1, t, c)),
-            text_mask=zeros((1, 1, q, t)),
-            vision=zeros((1, s, c)),
-            vision_keyed=zeros((1, s, c)),
-            box_bias=zeros((1, heads, q, s)),
+            text=zeros((b, t, c)),
+            text_mask=zeros((b, 1, q, t)),
+            vision=zeros((b, s, c)),
+            vision_keyed=zeros((b, s, c)),
+            box_bias=zeros((b, heads, q, s)),
         )
         encoder_w, decoder_w, scoring_w, head_w = (
             weights(g) for g in ("encoder", "decoder", "scoring", "head")
@@ -144,39 +146,39 @@ def run(manifest: dict[str, Any], report: dict[str, Any]) -> None:
         steps = {
             "fusion_encoder_layer": lambda: m.fusion_encoder.fusion_encoder_layer(
                 ttnn,
-                zeros((1, s, c)),
-                zeros((1, t, c)),
-                zeros((1, s, c)),
-                zeros((1, 1, s, t)),
+                zeros((b, s, c)),
+                zeros((b, t, c)),
+                zeros((1, s, c)),  # the position encoding: one for every prompt
+                zeros((b, 1, s, t)),
                 encoder_w,
                 layer,
                 settings,
             ),
             "decoder_layer": lambda: m.decoder.decoder_layer(
-                ttnn, zeros((1, q, c)), inputs, decoder_w, layer, settings
+                ttnn, zeros((b, q, c)), inputs, decoder_w, layer, settings
             ),
             "query_logits": lambda: m.scoring.query_logits(
                 ttnn,
-                zeros((1, q, c)),
-                zeros((1, t, c)),
-                zeros((1, 1, t)),
+                zeros((b, q, c)),
+                zeros((b, t, c)),
+                zeros((b, 1, t)),
                 scoring_w,
                 scoring_config,
                 settings,
             ),
             "presence_logits": lambda: m.scoring.presence_logits(
-                ttnn, zeros((1, q, c)), scoring_w, scoring_config, settings
+                ttnn, zeros((b, q, c)), scoring_w, scoring_config, settings
             ),
             "detection_scores": lambda: m.scoring.detection_scores(
-                ttnn, zeros((1, q, 1)), zeros((1, q, 1)), zeros((1, q, q)), settings
+                ttnn, zeros((b, q, 1)), zeros((b, q, 1)), zeros((b, q, q)), settings
             ),
             "head_prompt_attention": lambda: m.segmentation_head.prompt_cross_attention(
-                ttnn, zeros((1, s, c)), zeros((1, t, c)), zeros((1, 1, s, t)), head_w, shape, eps, settings
+                ttnn, zeros((b, s, c)), zeros((b, t, c)), zeros((b, 1, s, t)), head_w, shape, eps, settings
             ),
             "mask_logits": lambda: m.segmentation_head.mask_logits(
                 ttnn,
-                m.segmentation_head.mask_embeddings(ttnn, zeros((1, q, c)), head_w, settings),
-                zeros((1, pixels, c)),
+                m.segmentation_head.mask_embeddings(ttnn, zeros((b, q, c)), head_w, settings),
+                zeros((b, pixels, c)),
                 head_w,
                 settings,
             ),
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("manifest", type=Path)
     parser.add_argument("--harvest", type=int, default=toolchain.HARVEST_MASKS["harvested"])
+    parser.add_argument("--batch", type=int, default=1, help="prompts in one batch")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args(argv)
     out, manifest = args.json.resolve(), json.loads(args.manifest.resolve().read_text())
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.update(toolchain.build(Path(scratch), args.harvest))
             os.chdir(scratch)  # tt-metal writes generated/ into the cwd
             try:
-                run(manifest, report)
+                run(manifest, report, args.batch)
                 report["ok"] = bool(report["modules"]) and all(v["ok"] for v in report["modules"].values())
             except Exception as error:
                 report["error"] = f"{type(error).__name__}: {error}"[:3000]

@@ -41,14 +41,27 @@ def _ttnn_python() -> Path:
     return venv / "bin" / "python"
 
 
-@pytest.mark.parametrize("grid", sorted(GRIDS))
-@pytest.mark.parametrize("size", prompt_layers.SIZES)
-def test_real_library_accepts_every_prompt_module(tmp_path, size, grid):
+@pytest.mark.parametrize(
+    ("size", "grid", "batch"),
+    [(size, grid, 1) for size in prompt_layers.SIZES for grid in sorted(GRIDS)] + [("full", "harvested", 4)],
+)
+def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
+    """Every module, one prompt on both grids at both sizes; 4 prompts in one batch at full size."""
     harvest, expected_grid = GRIDS[grid]
     manifest = prompt_layers.write_manifest(size, tmp_path / "manifest.json")
     out = tmp_path / "report.json"
     done = subprocess.run(
-        [str(_ttnn_python()), str(RUNNER), str(manifest), "--harvest", str(harvest), "--json", str(out)],
+        [
+            str(_ttnn_python()),
+            str(RUNNER),
+            str(manifest),
+            "--harvest",
+            str(harvest),
+            "--batch",
+            str(batch),
+            "--json",
+            str(out),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -60,7 +73,8 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid):
     assert done.returncode == 0 and report["ok"], (report, done.stderr[-2000:])
     assert report["grid"] == expected_grid
     assert set(report["modules"]) == MODULES
+    assert all(v["shape"][0] == batch for v in report["modules"].values())
     print(
-        f"{size} on {grid} {report['grid']}: "
+        f"{size}, {batch} prompt(s), on {grid} {report['grid']}: "
         + ", ".join(f"{k} {v['shape']}" for k, v in report["modules"].items())
     )

@@ -37,10 +37,12 @@ def randomise(module: torch.nn.Module, seed: int) -> None:
                 m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=generator))
 
 
-def prompt_validity(tokens: int = PROMPT_TOKENS, text: int = 20) -> torch.Tensor:
-    """(1, tokens) bool: `text` real text tokens, then text padding, then the class token."""
-    valid = torch.zeros(1, tokens, dtype=torch.bool)
-    valid[:, :text] = True
+def prompt_validity(tokens: int = PROMPT_TOKENS, text: int = 20, batch: int = 1) -> torch.Tensor:
+    """(batch, tokens) bool: per prompt b, `text` - 7 b real text tokens, then text padding, then
+    the class token (prompts of different lengths in one batch)."""
+    valid = torch.zeros(batch, tokens, dtype=torch.bool)
+    for row in range(batch):
+        valid[row, : text - 7 * row] = True
     valid[:, -1] = True
     return valid
 
@@ -86,8 +88,9 @@ class Chip:
 
 
 # fusion encoder -----------------------------------------------------------------------------
-def encoder_case(hidden: int, heads: int, intermediate: int, side: int, seed: int = 0):
-    """A randomised Sam3DetrEncoderLayer, its inputs and transformers' float32 output."""
+def encoder_case(hidden: int, heads: int, intermediate: int, side: int, seed: int = 0, batch: int = 1):
+    """A randomised Sam3DetrEncoderLayer, its inputs and transformers' float32 output; `batch`
+    prompts over the same image (image tokens repeated, one position encoding for all)."""
     from transformers.models.sam3.configuration_sam3 import Sam3DETREncoderConfig
     from transformers.models.sam3.modeling_sam3 import Sam3DetrEncoderLayer
 
@@ -100,12 +103,12 @@ def encoder_case(hidden: int, heads: int, intermediate: int, side: int, seed: in
     generator = torch.Generator().manual_seed(seed + 1)
     tokens = side * side
     inputs = {
-        "vision": torch.randn(1, tokens, hidden, generator=generator),
+        "vision": torch.randn(1, tokens, hidden, generator=generator).repeat(batch, 1, 1),
         "position": torch.randn(1, tokens, hidden, generator=generator),
-        "prompt": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
-        "valid": prompt_validity(),
+        "prompt": torch.randn(batch, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": prompt_validity(batch=batch),
     }
-    mask = torch.where(inputs["valid"], 0.0, float("-inf")).reshape(1, 1, 1, PROMPT_TOKENS)
+    mask = torch.where(inputs["valid"], 0.0, float("-inf")).reshape(batch, 1, 1, PROMPT_TOKENS)
     with torch.no_grad():
         want = layer(inputs["vision"], inputs["prompt"], inputs["position"], prompt_cross_attn_mask=mask)
     return layer, inputs, want
@@ -136,14 +139,17 @@ def full_encoder_case():
     return encoder_case(hidden=256, heads=8, intermediate=2048, side=72)
 
 
-def test_fusion_encoder_layer_tiny_matches_transformers(ttnn):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_fusion_encoder_layer_tiny_matches_transformers(ttnn, batch):
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
 
-    layer, inputs, want = encoder_case(hidden=32, heads=2, intermediate=64, side=8)
+    layer, inputs, want = encoder_case(hidden=32, heads=2, intermediate=64, side=8, batch=batch)
     got = run_encoder_layer(Chip(ttnn), prepare_fusion_encoder_layer(layer), layer, inputs)
     assert got.shape == want.shape
     residual_only = pcc(inputs["vision"], want)
-    print(f"tiny fusion encoder layer: PCC {pcc(got, want):.5f} (residual alone {residual_only:.3f})")
+    print(
+        f"tiny fusion encoder layer, {batch} prompt(s): PCC {pcc(got, want):.5f} (alone {residual_only:.3f})"
+    )
     assert pcc(got, want) >= PCC_GATE
 
 
@@ -170,7 +176,9 @@ def test_fusion_encoder_negative_control_fails_the_gate(ttnn, full_encoder_case)
 
 
 # decoder ------------------------------------------------------------------------------------
-def decoder_case(hidden: int, heads: int, intermediate: int, side: int, queries: int, seed: int = 0):
+def decoder_case(
+    hidden: int, heads: int, intermediate: int, side: int, queries: int, seed: int = 0, batch: int = 1
+):
     """A randomised Sam3DetrDecoderLayer, its inputs and transformers' float32 output.
 
     The box bias is random (std 2, so it steers the vision attention) with the presence row
@@ -187,17 +195,17 @@ def decoder_case(hidden: int, heads: int, intermediate: int, side: int, queries:
     randomise(layer, seed)
     generator = torch.Generator().manual_seed(seed + 1)
     tokens, rows = side * side, 1 + queries
-    bias = torch.randn(1, heads, queries, tokens, generator=generator) * 2
+    bias = torch.randn(batch, heads, queries, tokens, generator=generator) * 2
     inputs = {
-        "hidden": torch.randn(1, rows, hidden, generator=generator),
-        "query_pos": torch.randn(1, queries, hidden, generator=generator),
-        "text": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
-        "valid": prompt_validity(),
-        "vision": torch.randn(1, tokens, hidden, generator=generator),
+        "hidden": torch.randn(batch, rows, hidden, generator=generator),
+        "query_pos": torch.randn(batch, queries, hidden, generator=generator),
+        "text": torch.randn(batch, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": prompt_validity(batch=batch),
+        "vision": torch.randn(batch, tokens, hidden, generator=generator),
         "vision_pos": torch.randn(1, tokens, hidden, generator=generator),
         "box_bias": torch.nn.functional.pad(bias, (0, 0, 1, 0)),
     }
-    text_mask = torch.where(inputs["valid"], 0.0, float("-inf")).reshape(1, 1, 1, PROMPT_TOKENS)
+    text_mask = torch.where(inputs["valid"], 0.0, float("-inf")).reshape(batch, 1, 1, PROMPT_TOKENS)
     with torch.no_grad():
         want = layer(
             inputs["hidden"],
@@ -243,13 +251,14 @@ def full_decoder_case():
     return decoder_case(hidden=256, heads=8, intermediate=2048, side=72, queries=200)
 
 
-def test_decoder_layer_tiny_matches_transformers(ttnn):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_decoder_layer_tiny_matches_transformers(ttnn, batch):
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_decoder_layer
 
-    layer, inputs, want = decoder_case(hidden=32, heads=2, intermediate=64, side=8, queries=20)
+    layer, inputs, want = decoder_case(hidden=32, heads=2, intermediate=64, side=8, queries=20, batch=batch)
     got = run_decoder_layer(Chip(ttnn), prepare_decoder_layer(layer), layer, inputs)
     assert got.shape == want.shape
-    print(f"tiny decoder layer: PCC {pcc(got, want):.5f}")
+    print(f"tiny decoder layer, {batch} prompt(s): PCC {pcc(got, want):.5f}")
     assert pcc(got, want) >= PCC_GATE
 
 
