@@ -2,7 +2,8 @@
 
 Today (TtnnEngine._host_input): resize + normalise to float32 (preprocess.to_model_input), patchify
 into window order (torch), then the wheel's host conversion of the (1, 1, 5184, 588) patches to a
-bfloat16 TILE tensor, which copy_host_to_device_tensor then uploads. The budget path: resize to
+bfloat16 ROW_MAJOR tensor, which copy_host_to_device_tensor uploads and the trace tilizes (the
+host TILE conversion it replaced is printed beside it). The budget path: resize to
 uint8 only, and hand the wheel a uint8 ROW_MAJOR tensor (1, 1008, 3024): normalisation folds into
 the patch embedding (exact: (x / 255 - 0.5) / 0.5 is linear) and patchify/tilize move into the
 trace. Conversions are timed with the real ttnn wheel in .venv-ttnn (CPython 3.12, no torch: it
@@ -136,14 +137,19 @@ def print_host_table(quick: bool = False) -> None:
         median, first = wheel[key]
         return median, f"{report.ms(median)} ({report.ms(first)} first)"
 
-    tile, tile_text = conversion("tile_bf16")
+    _, tile_text = conversion("tile_bf16")
+    rows_bf16, rows_text = conversion("row_major_bf16")
     raw, raw_text = conversion("row_major_uint8")
-    today = here["resize_normalise"] + here["patchify"] + (tile or 0.0)
+    today = here["resize_normalise"] + here["patchify"] + (rows_bf16 or 0.0)
     budget = here["resize_uint8"] + (raw or 0.0)
     rows = [
         ["resize", f"{report.ms(here['resize_normalise'])} (and normalise)", report.ms(here["resize_uint8"])],
         ["patchify into window order", report.ms(here["patchify"]), "on the chip, in the trace"],
-        ["wheel host conversion", f"{tile_text} bf16 TILE", f"{raw_text} uint8 ROW_MAJOR"],
+        [
+            "wheel host conversion",
+            f"{rows_text} bf16 ROW_MAJOR (TILE: {tile_text})",
+            f"{raw_text} uint8 ROW_MAJOR",
+        ],
         ["total host work per frame", report.ms(today), report.ms(budget)],
         ["goal", f"{BUDGET_MS:.0f}", f"{BUDGET_MS:.0f}"],
     ]

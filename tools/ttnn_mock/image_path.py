@@ -217,14 +217,14 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
         host_input = session.from_numpy(
             np.zeros((1, 1, config.tokens, config.patch_features), np.float32),
             ttnn.bfloat16,
-            layout=ttnn.TILE_LAYOUT,
+            layout=ttnn.ROW_MAJOR_LAYOUT,  # what TtnnEngine._host_input uploads
         )
         if mode == "no_dispatch":
             started = phase("no_dispatch forward")
             patches = ttnn.allocate_tensor_on_device(
                 ttnn.Shape([1, 1, config.tokens, config.patch_features]),
                 ttnn.bfloat16,
-                ttnn.TILE_LAYOUT,
+                ttnn.ROW_MAJOR_LAYOUT,  # the engine's input buffer: tilized by the forward
                 engine.device,
                 ttnn.DRAM_MEMORY_CONFIG,
             )

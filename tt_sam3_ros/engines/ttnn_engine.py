@@ -335,10 +335,14 @@ class TtnnEngine:
             raise EngineError(f"the opened device spans {count} chips; the ttnn engine drives one chip (1x1)")
 
     def _host_input(self, pixel_values: np.ndarray) -> Any:
-        """Pixels -> host bfloat16 TILE tensor (1, 1, tokens, 3*p*p) of window-ordered patches."""
+        """Pixels -> host bfloat16 ROW_MAJOR tensor (1, 1, tokens, 3*p*p) of window-ordered patches.
+
+        ROW_MAJOR, because the host's TILE conversion costs more than the device's tilize, which
+        runs inside the trace (vit.vit_embeddings); benchmarks/blackhole_host.py times both.
+        """
         pixels = torch.from_numpy(np.ascontiguousarray(pixel_values, dtype=np.float32))[0]
         return self.ttnn.from_torch(
-            patchify(pixels, self.config), dtype=self.ttnn.bfloat16, layout=self.ttnn.TILE_LAYOUT
+            patchify(pixels, self.config), dtype=self.ttnn.bfloat16, layout=self.ttnn.ROW_MAJOR_LAYOUT
         )
 
     def _read_level(self, tensor: Any, side: int) -> torch.Tensor:

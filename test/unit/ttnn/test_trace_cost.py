@@ -24,7 +24,7 @@ from ttnn_mock import oplog
 #: Device ops per stage of today's image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
 OPS_PER_WINDOWED_BLOCK = 21
 OPS_PER_GLOBAL_BLOCK = 21
-OPS_PATCH_EMBED = 4
+OPS_PATCH_EMBED = 5
 OPS_NECK = 34
 
 

@@ -108,10 +108,11 @@ class ChipImageEncoder:
         return self._trace is not None and self._trace.captured
 
     def capture(self, host_input: Any) -> None:
-        """Compile every program (one eager run) and capture the trace on `host_input`."""
+        """Compile every program (one eager run) and capture the trace on `host_input`, whose
+        layout the trace's input buffer takes (the engine uploads ROW_MAJOR: tilized in the trace)."""
         if self._trace is None:
             shape = (1, 1, self.config.tokens, self.config.patch_features)
-            self._trace = TracedImagePath(self.ttnn, self.device, self.forward, shape)
+            self._trace = TracedImagePath(self.ttnn, self.device, self.forward, shape, host_input.layout)
         self._trace.capture(host_input)
 
     def run(self, host_input: Any) -> list[Any]:

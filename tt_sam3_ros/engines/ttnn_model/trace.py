@@ -21,12 +21,18 @@ class TracedImagePath:
     """Runs `forward(input_buffer) -> outputs` as a captured trace, one replay per frame."""
 
     def __init__(
-        self, ttnn: Any, device: Any, forward: Callable[[Any], list[Any]], input_shape: Sequence[int]
+        self,
+        ttnn: Any,
+        device: Any,
+        forward: Callable[[Any], list[Any]],
+        input_shape: Sequence[int],
+        input_layout: Any = None,
     ) -> None:
         self.ttnn = ttnn
         self.device = device
         self.forward = forward
         self.input_shape = tuple(input_shape)
+        self.input_layout = input_layout if input_layout is not None else ttnn.TILE_LAYOUT
         self.input: Any = None
         self.outputs: list[Any] = []
         self.trace_id: Any = None
@@ -44,7 +50,7 @@ class TracedImagePath:
             self.input = ttnn.allocate_tensor_on_device(
                 ttnn.Shape(self.input_shape),
                 ttnn.bfloat16,
-                ttnn.TILE_LAYOUT,
+                self.input_layout,
                 self.device,
                 ttnn.DRAM_MEMORY_CONFIG,
             )

@@ -136,9 +136,15 @@ def vit_embeddings(
 ) -> Any:
     """Sam3ViTEmbeddings + the pre-norm: (1, 1, tokens, 3*p*p) patches -> (1, tokens, C).
 
-    Leaves `patches` (the trace's input buffer) allocated.
+    ROW_MAJOR patches (what the host uploads: its conversion is cheaper than a host tilize) are
+    tilized here, on the device. Leaves `patches` (the trace's input buffer) allocated.
     """
-    embedded = linear(ttnn, patches, w, "patch_embed", settings)
+    tiles = patches
+    if patches.layout != ttnn.TILE_LAYOUT:
+        tiles = ttnn.to_layout(patches, ttnn.TILE_LAYOUT, memory_config=settings.memory)
+    embedded = linear(ttnn, tiles, w, "patch_embed", settings)
+    if tiles is not patches:
+        ttnn.deallocate(tiles)
     embedded_flat = ttnn.reshape(embedded, (1, config.tokens, config.hidden))
     positioned = ttnn.add(embedded_flat, w["pos_embed"], memory_config=settings.memory)
     ttnn.deallocate(embedded_flat)
