@@ -6,10 +6,16 @@ time of publishing, and a consumer: output age is the arrival time of each Detec
 minus its stamp, which the node copies from the input frame. A node that queued frames
 would show ages growing frame after frame; one that keeps only the newest frame shows flat
 ages of about one model latency plus up to one frame period, and counts the frames it drops.
+
+Then several cameras into one node (``cameras``): 1 and 3 cameras at 30 Hz each, side by side.
+Each camera's output rate is one over the mean interval between its outputs (so a count cut
+off mid-round does not skew it); fairness is the slowest camera's rate over the fastest's
+(round robin should give about 1.0), and each camera's age must not grow over the run.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -34,7 +40,15 @@ DRAIN_TIMEOUT_S = 60.0
 FATES = ("frames_processed", "frames_dropped", "frames_rejected", "engine_errors")
 
 
-def start_node(extra_seconds: float, log: IO[str]) -> subprocess.Popen[str]:
+#: Cameras of the several-cameras part, each at FRAME_RATE_HZ. Each run streams at least
+#: MULTI_SECONDS and until every camera has MULTI_OUTPUTS outputs (a loaded machine's model is
+#: slow), but never past MULTI_MAX_SECONDS; --quick asks for fewer.
+MULTI_CAMERAS = (1, 3)
+MULTI_SECONDS, MULTI_OUTPUTS, MULTI_MAX_SECONDS = 20.0, 8, 300.0
+QUICK_SECONDS, QUICK_OUTPUTS, QUICK_MAX_SECONDS = 4.0, 3, 120.0
+
+
+def start_node(extra_seconds: float, log: IO[str], *extra: str) -> subprocess.Popen[str]:
     """The slowed node in its own process, tiny random model, fp32 on the CPU, one prompt.
 
     Its output goes to ``log``, a file: a pipe nobody reads while frames flow could fill and block it.
@@ -42,7 +56,7 @@ def start_node(extra_seconds: float, log: IO[str]) -> subprocess.Popen[str]:
     args = [
         sys.executable, "-m", "benchmarks.slow_node", str(extra_seconds), "--ros-args",
         "-p", "model_id:=tiny-random", "-p", "engine:=torch", "-p", "device:=cpu",
-        "-p", "dtype:=float32", "-p", "prompts:=['car']", "-p", "publish_overlay:=false",
+        "-p", "dtype:=float32", "-p", "prompts:=['car']", "-p", "publish_overlay:=false", *extra,
     ]  # fmt: skip
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
 
@@ -158,6 +172,7 @@ def main(quick: bool) -> None:
             f"the node published no detections; diagnostics {camera.diagnostics}; log:\n{output}"
         )
     print_results(camera)
+    multi_camera_main(quick)
 
 
 def print_results(camera: Camera) -> None:
@@ -187,4 +202,168 @@ def print_results(camera: Camera) -> None:
     print(
         "age: arrival of /sam3/detections minus the input stamp (ms); model ms: the node's own "
         "processing time per frame (diagnostics processing_ms_p50)."
+    )
+
+
+class CameraRig:
+    """Several cameras at FRAME_RATE_HZ each into one node; every output's arrival and age, per camera."""
+
+    def __init__(self, context: object, rgb: np.ndarray, names: tuple[str, ...]) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image
+        from vision_msgs.msg import Detection2DArray
+
+        self.names = names
+        self.node = rclpy.create_node("stream_bench_cameras", context=context)
+        qos = qos_profile_sensor_data
+        self.publishers = {name: self.node.create_publisher(Image, f"{name}/image", qos) for name in names}
+        self.frame = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3)
+        self.frame.data = rgb.tobytes()
+        self.sent = dict.fromkeys(names, 0)
+        self.arrivals: dict[str, list[float]] = {name: [] for name in names}
+        self.ages_ms: dict[str, list[float]] = {name: [] for name in names}
+        self.statuses: dict[str, dict[str, str]] = {}
+        self.seconds = 0.0  # how long it streamed
+        for name in names:
+            self.node.create_subscription(
+                Detection2DArray, f"/sam3/{name}/detections", functools.partial(self._on_detections, name), 10
+            )
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def publish(self, name: str) -> None:
+        self.frame.header.stamp = self.node.get_clock().now().to_msg()
+        self.frame.header.frame_id = name
+        self.publishers[name].publish(self.frame)
+        self.sent[name] += 1
+
+    def _on_detections(self, name: str, msg: object) -> None:
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self.arrivals[name].append(time.monotonic())
+        self.ages_ms[name].append((self.node.get_clock().now().nanoseconds - stamp_ns) / 1e6)
+
+    def _on_diagnostics(self, msg: object) -> None:
+        for status in msg.status:
+            if status.name.startswith("sam3"):
+                self.statuses[status.name] = {kv.key: kv.value for kv in status.values}
+
+    def rate_hz(self, name: str) -> float:
+        """One over the mean interval between this camera's outputs (nan with fewer than two)."""
+        arrivals = self.arrivals[name]
+        if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
+            return float("nan")
+        return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+
+
+def stream_limits(quick: bool) -> tuple[float, int, float]:
+    """Least seconds, least outputs per camera, most seconds of one several-cameras run."""
+    if quick:
+        return QUICK_SECONDS, QUICK_OUTPUTS, QUICK_MAX_SECONDS
+    return MULTI_SECONDS, MULTI_OUTPUTS, MULTI_MAX_SECONDS
+
+
+def run_cameras(rig: CameraRig, executor: object, seconds: float, outputs: int, max_seconds: float) -> None:
+    """Wait for every camera's subscription, then publish all cameras, evenly staggered.
+
+    For at least ``seconds`` and until each camera has ``outputs`` outputs, at most ``max_seconds``.
+    """
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not all(p.get_subscription_count() for p in rig.publishers.values()):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the node did not subscribe to every camera's image in time")
+        executor.spin_once(timeout_sec=0.1)
+    executor.spin_once(timeout_sec=0.5)
+    period = 1.0 / FRAME_RATE_HZ
+    start = time.monotonic()
+    due = {name: start + index * period / len(rig.names) for index, name in enumerate(rig.names)}
+
+    def streaming() -> bool:
+        elapsed = time.monotonic() - start
+        enough = all(len(arrivals) >= outputs for arrivals in rig.arrivals.values())
+        return elapsed < max_seconds and (elapsed < seconds or not enough)
+
+    while streaming():
+        name = min(due, key=due.__getitem__)
+        wait = due[name] - time.monotonic()
+        if wait > 0:
+            executor.spin_once(timeout_sec=wait)
+            continue
+        rig.publish(name)
+        due[name] += period
+    settle = time.monotonic() + 2.0  # the frames in flight, and a last /diagnostics
+    while time.monotonic() < settle:
+        executor.spin_once(timeout_sec=0.05)
+
+
+def measure_cameras(count: int, quick: bool) -> CameraRig:
+    """One node with ``count`` cameras (cam0, cam1, ...), streamed as ``run_cameras`` says."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    names = tuple(f"cam{index}" for index in range(count))
+    with tempfile.TemporaryFile("w+") as log:
+        process = start_node(EXTRA_SECONDS, log, "-p", f"cameras:={list(names)}")
+        context = rclpy.context.Context()
+        rclpy.init(context=context)
+        rig = CameraRig(context, scenes.picture(*IMAGE_SIZE), names)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(rig.node)
+        try:
+            limits = stream_limits(quick)
+            started = time.monotonic()
+            run_cameras(rig, executor, *limits)
+            rig.seconds = time.monotonic() - started
+        finally:
+            executor.shutdown()
+            rig.node.destroy_node()
+            rclpy.shutdown(context=context)
+            output = stop_node(process, log)
+    if not all(rig.arrivals.values()):
+        raise RuntimeError(f"a camera got no detections; diagnostics {rig.statuses}; log:\n{output}")
+    return rig
+
+
+def multi_camera_main(quick: bool) -> None:
+    """Per-camera rate, ages and fairness for 1 and 3 cameras at FRAME_RATE_HZ each."""
+    seconds, outputs, _ = stream_limits(quick)
+    report.title(
+        f"stream: {' and '.join(map(str, MULTI_CAMERAS))} cameras at {FRAME_RATE_HZ:.0f} Hz each "
+        f"into one node, at least {seconds:.0f} s and {outputs} outputs per camera"
+    )
+    rows, summary = [], []
+    for count in MULTI_CAMERAS:
+        rig = measure_cameras(count, quick)
+        rates = {name: rig.rate_hz(name) for name in rig.names}
+        for name in rig.names:
+            ages = np.array(rig.ages_ms[name])
+            quarter = max(1, len(ages) // 4)
+            p50, p90 = np.percentile(ages, [50, 90])
+            status = rig.statuses.get(f"sam3: camera {name}", {})
+            rows.append([
+                f"{count} camera{'s' if count > 1 else ''}", name,
+                f"{rig.sent[name]} / {status.get('frames_received', '?')}",
+                f"{len(ages)} / {status.get('frames_dropped', '?')}",
+                f"{rates[name]:.2f}", f"{p50:.0f} / {p90:.0f}",
+                f"{np.median(ages[:quarter]):.0f} vs {np.median(ages[-quarter:]):.0f}",
+                f"{p50 / float(status.get('processing_ms_p50') or 'nan'):.2f}x",
+            ])  # fmt: skip
+        engine = rig.statuses.get("sam3: segmentation", {})
+        fairness = min(rates.values()) / max(rates.values())
+        summary.append([
+            f"{count}", f"{rig.seconds:.0f}", f"{sum(rates.values()):.2f}", f"{fairness:.2f}",
+            engine.get("processing_ms_p50", "?"),
+        ])  # fmt: skip
+    report.table(
+        ["run", "camera", "sent / received", "outputs / dropped", "rate Hz", "age p50 / p90 ms",
+         "age median first vs last quarter ms", "age p50 / its model ms p50"],
+        rows,
+    )  # fmt: skip
+    report.table(["cameras", "streamed s", "total output rate Hz", "fairness (slowest / fastest rate)",
+                  "model ms p50 (node)"], summary)  # fmt: skip
+    print(
+        "rate: 1 / mean interval between a camera's outputs; age: arrival of /sam3/<camera>/detections "
+        "minus the input stamp; model ms: the node's processing time per frame (the camera's "
+        "processing_ms_p50); goal: fairness >= 0.9, last-quarter age no higher than the first's "
+        "(on a loaded machine the model time itself drifts: compare the age over model ratio)."
     )

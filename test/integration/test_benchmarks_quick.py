@@ -85,6 +85,9 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     # stream: the node answered and its ages were measured
     assert "output age p50 / p90 / p99 / max ms" in out
     assert "first vs last quarter" in out
+    # stream, several cameras: per-camera rates and ages, 1 camera beside 3, and the fairness figure
+    assert "== stream: 1 and 3 cameras at 30 Hz each into one node" in out
+    assert "fairness (slowest / fastest rate)" in out and "cam2" in out
     # tracking: identities scored against ground truth, ours beside ByteTrack, and the cost per frame
     assert "== tracking: identity, 10% missed detections" in out
     assert "ours (InstanceTracker: masks + motion)" in out and "ByteTrack (trackers 2.1.0)" in out
