@@ -12,9 +12,9 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers.sam3_client import ANSWER_TIMEOUT_S, log_tail, make_image, running_node, scene, stamp_ns
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import spin_until
+from ros_harness import HELPERS, spin_until, start_process, stop_process
 from sensor_msgs.msg import Image
-from vision_msgs.msg import Detection2DArray
+from vision_msgs.msg import Detection2DArray, Detection3DArray
 
 CAMERAS = ("front", "left")
 TRACK_MAX_AGE_S = 60
@@ -24,6 +24,7 @@ NODE_PARAMS = {
     "threshold": "0.0",
     "max_instances": "4",
     "cameras": str(list(CAMERAS)),
+    "depth": "true",  # each camera its own depth pairing; frames without depth are answered in 2D
     # Tracks outlive the seconds between frames on a loaded machine.
     "track_max_age_s": str(float(TRACK_MAX_AGE_S)),
 }
@@ -47,6 +48,14 @@ class Cameras:
             )
             self.probe.create_subscription(
                 Image, f"/sam3/{name}/masks", self._store(self.masks[name]), reliable
+            )
+        self.detections_3d: dict[str, dict[int, Detection3DArray]] = {name: {} for name in CAMERAS}
+        for name in CAMERAS:
+            self.probe.create_subscription(
+                Detection3DArray,
+                f"/sam3/{name}/detections_3d",
+                self._store(self.detections_3d[name]),
+                reliable,
             )
         self.statuses: list[dict[str, dict[str, str]]] = []
         self.probe.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
@@ -167,3 +176,32 @@ def test_each_camera_has_its_own_tracks(cameras: Cameras) -> None:
     assert ids("left", 21) == left_ids and left_ids
     ids("front", 22, ahead_s=2 * TRACK_MAX_AGE_S)  # front's clock leaps: its old tracks are over
     assert ids("left", 21) == left_ids, "left's tracks must not age by front's stamps"
+
+
+def test_depth_pairs_within_its_own_camera(cameras: Cameras) -> None:
+    """A depth camera on front/ (colour, depth, camera_info remapped there) gets 3D answers on
+    ~/front/detections_3d; left, colour only, stays 2D and its depth status says so."""
+    remaps = [f"{topic}:=front/{topic}" for topic in ("image", "depth", "camera_info")]
+    feeder = start_process(
+        [str(HELPERS / "publish_depth_scene.py"), "--ros-args", *(a for r in remaps for a in ("-r", r))]
+    )
+    try:
+        arrived = spin_until(cameras.probe, lambda: bool(cameras.detections_3d["front"]), 150.0)
+    finally:
+        feeder_output = stop_process(feeder)
+    assert arrived, (
+        f"no 3D answer on front\nfeeder: {feeder_output[-2000:]}\n{log_tail(cameras.client.log_path)}"
+    )
+    detections_3d = next(iter(cameras.detections_3d["front"].values()))
+    assert detections_3d.header.frame_id == "cam"  # the depth scene's frame, on front's topic
+    key = cameras.send("left", _frame("left", 40))
+    assert cameras.answered("left", key)
+
+    def both(statuses: dict) -> bool:
+        front, left = statuses.get("sam3: camera front: depth"), statuses.get("sam3: camera left: depth")
+        return bool(front and left) and int(front["frames_3d"]) > 0 and int(left["frames_without_depth"]) > 0
+
+    statuses = cameras.diagnostics(both)
+    assert statuses["sam3: camera left: depth"]["frames_3d"] == "0"
+    assert statuses["sam3: camera left: depth"]["depth_received"] == "0"
+    assert not cameras.detections_3d["left"]
