@@ -15,6 +15,7 @@ Threads (why: a slow model must never stall services, parameters or lifecycle ca
   require every device call on the thread that opened the device. The subscription
   callback drops the newest frame into a one-slot box and wakes the worker; a frame
   still in the box when the next arrives is dropped and counted, so no queue builds.
+  With ``cameras`` each camera has its own box, and the worker takes them in turn.
 
 Lifecycle (``autostart`` true runs configure and activate at start):
 
@@ -119,7 +120,8 @@ class _Camera:
 
     Its topics are the node's own names under the camera's: ``front/image`` in,
     ``~/front/detections`` out; the unnamed camera keeps ``image`` and ``~/detections``.
-    Tracking state, being per camera, belongs here too.
+    Its tracker is the node's, by camera name (``Sam3Node._trackers``): it outlives a
+    configure cycle, which makes new ``_Camera`` objects, so no track id is given twice.
     """
 
     name: str
