@@ -61,25 +61,7 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     channels = SUPPORTED_ENCODINGS.get(encoding)
     if channels is None:
         raise InputError(_unsupported_encoding_reason(msg.encoding))
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    if height == 0 or width == 0:
-        raise InputError(f"empty image: {width}x{height} pixels")
-    row_bytes = width * channels
-    if step < row_bytes:
-        raise InputError(
-            f"step {step} is shorter than one row of {width} {encoding} pixels ({row_bytes} bytes)"
-        )
-    buffer = np.frombuffer(msg.data, dtype=np.uint8)
-    # The last row needs only its pixels, not its padding; publishers differ on this.
-    needed = step * (height - 1) + row_bytes
-    if buffer.size < needed:
-        raise InputError(
-            f"truncated image: {buffer.size} bytes of data for {width}x{height} {encoding} "
-            f"with step {step} (needs {needed})"
-        )
-    pixels = np.lib.stride_tricks.as_strided(
-        buffer, shape=(height, width, channels), strides=(step, channels, 1), writeable=False
-    )
+    pixels = pixel_rows(msg, np.dtype(np.uint8), channels, encoding)
     return _to_rgb(pixels, encoding)
 
 
@@ -91,6 +73,38 @@ _TO_RGB_CODES: dict[str, int] = {
     "bgra8": cv2.COLOR_BGRA2RGB,
     "mono8": cv2.COLOR_GRAY2RGB,
 }
+
+
+def pixel_rows(msg: Image, dtype: np.dtype, channels: int, what: str, kind: str = "image") -> np.ndarray:
+    """A read-only (height, width[, channels]) view of ``msg.data`` honouring its row step.
+
+    One copy of the size, step and truncation checks for every Image this package reads
+    (colour and depth): the step may pad rows, and the last row needs only its pixels, not its
+    padding (publishers differ on this). ``what`` names the encoding and ``kind`` the image
+    ("image", "depth image") in the reasons.
+
+    Raises:
+        InputError: zero width or height, a step shorter than a row, or too little data.
+    """
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if height == 0 or width == 0:
+        raise InputError(f"empty {kind}: {width}x{height} pixels")
+    pixel_bytes = dtype.itemsize * channels
+    row_bytes = width * pixel_bytes
+    if step < row_bytes:
+        raise InputError(f"step {step} is shorter than one row of {width} {what} pixels ({row_bytes} bytes)")
+    buffer = np.frombuffer(msg.data, dtype=np.uint8)
+    needed = step * (height - 1) + row_bytes
+    if buffer.size < needed:
+        raise InputError(
+            f"truncated {kind}: {buffer.size} bytes of data for {width}x{height} {what} "
+            f"with step {step} (needs {needed})"
+        )
+    shape = (height, width, channels) if channels > 1 else (height, width)
+    strides = (step, pixel_bytes, dtype.itemsize) if channels > 1 else (step, pixel_bytes)
+    pixels = np.ndarray(shape, dtype=dtype, buffer=buffer, strides=strides)
+    pixels.flags.writeable = False
+    return pixels
 
 
 def _to_rgb(pixels: np.ndarray, encoding: str) -> np.ndarray:

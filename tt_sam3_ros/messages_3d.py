@@ -18,7 +18,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from std_msgs.msg import Header
 from vision_msgs.msg import BoundingBox3D, Detection2DArray, Detection3D, Detection3DArray
 
-from tt_sam3_ros import depth
+from tt_sam3_ros import depth, messages
 from tt_sam3_ros.errors import InputError, quoted
 
 #: Depth encodings accepted, with their element type (little-endian) and unit.
@@ -53,24 +53,7 @@ def depth_to_array(msg: Image) -> np.ndarray:
     dtype, _unit = DEPTH_ENCODINGS[encoding]
     if msg.is_bigendian:
         dtype = dtype.newbyteorder(">")
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    if height == 0 or width == 0:
-        raise InputError(f"empty depth image: {width}x{height} pixels")
-    row_bytes = width * dtype.itemsize
-    if step < row_bytes:
-        raise InputError(
-            f"depth step {step} is shorter than one row of {width} {encoding.upper()} pixels "
-            f"({row_bytes} bytes)"
-        )
-    buffer = np.frombuffer(msg.data, dtype=np.uint8)
-    needed = step * (height - 1) + row_bytes
-    if buffer.size < needed:
-        raise InputError(
-            f"truncated depth image: {buffer.size} bytes of data for {width}x{height} "
-            f"{encoding.upper()} with step {step} (needs {needed})"
-        )
-    pixels = np.ndarray((height, width), dtype=dtype, buffer=buffer, strides=(step, dtype.itemsize))
-    pixels.flags.writeable = False
+    pixels = messages.pixel_rows(msg, dtype, 1, encoding.upper(), kind="depth image")
     if msg.is_bigendian:
         return pixels.astype(dtype.newbyteorder("="))
     return pixels
