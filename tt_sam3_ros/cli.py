@@ -46,14 +46,29 @@ _RANDOM_WARNING = (
 def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("segment", help="segment one image and write an overlay PNG and a JSON")
     parser.add_argument("image", type=Path, help="PNG or JPEG file")
+    _segmentation_arguments(parser, "to keep")
+    _model_arguments(parser)
+    parser.set_defaults(run=_run_segment)
+
+
+def _segmentation_arguments(parser: argparse.ArgumentParser, instances_per: str) -> None:
+    """Prompts, output folder and the selection settings (segment and track share them)."""
+    from .segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
+
     parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
     parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
     parser.add_argument(
-        "--threshold", type=float, default=0.5, help="score threshold in [0, 1] (default 0.5)"
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"score threshold in [0, 1] (default {DEFAULT_THRESHOLD})",
     )
-    parser.add_argument("--max-instances", type=int, default=50, help="most instances to keep (default 50)")
-    _model_arguments(parser)
-    parser.set_defaults(run=_run_segment)
+    parser.add_argument(
+        "--max-instances",
+        type=int,
+        default=DEFAULT_MAX_INSTANCES,
+        help=f"most instances {instances_per} (default {DEFAULT_MAX_INSTANCES})",
+    )
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,12 +174,7 @@ def _track_parser(subparsers: argparse._SubParsersAction) -> None:
         "track", help="segment every frame of a video and track the instances; write an MP4 and JSON lines"
     )
     parser.add_argument("video", type=Path, help="a video file OpenCV can read (MP4, AVI, MKV, ...)")
-    parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
-    parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
-    parser.add_argument(
-        "--threshold", type=float, default=0.5, help="score threshold in [0, 1] (default 0.5)"
-    )
-    parser.add_argument("--max-instances", type=int, default=50, help="most instances per frame (default 50)")
+    _segmentation_arguments(parser, "per frame")
     parser.add_argument(
         "--max-age-s",
         type=float,
@@ -222,10 +232,9 @@ def _run_track(args: argparse.Namespace) -> int:
     ):
         tracker = Sam3Tracker(segmenter, max_age_s=args.max_age_s, min_iou=args.min_iou)
         count, ids = 0, set()
-        progress = tqdm(
-            frames(args.video, info.fps), total=info.frame_count or None, unit="frame", desc="tracking"
-        )
-        for index, time_s, rgb in progress:
+        progress = tqdm(frames(args.video), total=info.frame_count or None, unit="frame", desc="tracking")
+        for index, rgb in progress:
+            time_s = index / info.fps
             result = tracker(rgb, prompts, time_s, threshold=args.threshold, max_instances=args.max_instances)
             writer.write(index, time_s, rgb, result, **extra)
             ids.update(i.track_id for i in result.instances)

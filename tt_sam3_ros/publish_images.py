@@ -27,6 +27,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from tt_sam3_ros import messages
+from tt_sam3_ros.video import frames
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
 # Reliable publishers reach best-effort and reliable subscribers alike; depth 1 keeps
@@ -66,17 +67,8 @@ def folder_frames(files: list[Path]) -> Iterator[tuple[str, np.ndarray | None]]:
 
 def video_frames(path: Path) -> Iterator[tuple[str, np.ndarray | None]]:
     """(name, uint8 RGB) for each frame of the video at ``path``."""
-    capture = cv2.VideoCapture(str(path))
-    try:
-        index = 0
-        while True:
-            ok, bgr = capture.read()
-            if not ok:
-                return
-            yield f"{path.name}#{index}", cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-            index += 1
-    finally:
-        capture.release()
+    for index, rgb in frames(path):
+        yield f"{path.name}#{index}", rgb
 
 
 class ImagePublisher(Node):

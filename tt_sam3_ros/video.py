@@ -53,8 +53,12 @@ def probe(path: Path) -> VideoInfo:
     return VideoInfo(fps, count, (height, width))
 
 
-def frames(path: Path, fps: float) -> Iterator[tuple[int, float, np.ndarray]]:
-    """(index, time in seconds, uint8 RGB) for every frame of the video at ``path``, in order."""
+def frames(path: Path) -> Iterator[tuple[int, np.ndarray]]:
+    """(index, uint8 RGB) for every frame of the video at ``path``, in order.
+
+    Raises:
+        InputError: OpenCV cannot open the file as a video.
+    """
     capture = _open(path)
     try:
         index = 0
@@ -62,7 +66,7 @@ def frames(path: Path, fps: float) -> Iterator[tuple[int, float, np.ndarray]]:
             ok, bgr = capture.read()
             if not ok:
                 return
-            yield index, index / fps, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+            yield index, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
             index += 1
     finally:
         capture.release()
