@@ -584,7 +584,7 @@ class Sam3Node(LifecycleNode):
         if self._depth_enabled:
             camera.depth_pairing.claim(depth_pairing.stamp_ns(frame.msg.header))
         try:
-            rgb = self._decode(frame.msg)
+            rgb = self._decode(frame.msg, segmenter.max_image_side)
             result = segmenter(
                 rgb,
                 list(settings.prompts),
@@ -627,9 +627,10 @@ class Sam3Node(LifecycleNode):
         return tracker.update(result, stamp_s)
 
     @staticmethod
-    def _decode(msg: Image | CompressedImage) -> np.ndarray:
+    def _decode(msg: Image | CompressedImage, max_side: int) -> np.ndarray:
+        """Pixels of a frame; a compressed one is held to ``max_side`` from its header, before decoding."""
         if isinstance(msg, CompressedImage):
-            return messages.compressed_to_rgb(msg)
+            return messages.compressed_to_rgb(msg, max_side)
         return messages.image_to_rgb(msg)
 
     def _publish_result(

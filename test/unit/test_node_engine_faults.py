@@ -33,6 +33,7 @@ class ScriptedSegmenter:
         self.fail_with = fail_with
         self.closed = 0
         self.calls = 0
+        self.max_image_side = 4096
 
     def describe(self) -> dict[str, str]:
         return {"engine": "scripted", "device": "none", "dtype": "none"}
@@ -185,5 +186,27 @@ def test_library_log_lines_reach_the_node_logger(context, monkeypatch) -> None:
     try:
         logging.getLogger("tt_sam3_ros.segmenter").warning("random weights loaded (%s)", "tiny-random")
         assert ("warning", "random weights loaded (tiny-random)") in heard
+    finally:
+        sam3.destroy_node()
+
+
+def test_a_compressed_frame_is_held_to_the_configured_max_image_side(context) -> None:
+    """max_image_side above the default applies to CompressedImage frames as to raw ones."""
+    import cv2
+    from sensor_msgs.msg import CompressedImage
+
+    sam3 = _node(context, [])
+    try:
+        segmenter = ScriptedSegmenter()
+        segmenter.max_image_side = 6000  # as Sam3Segmenter(max_image_side=6000) holds it
+        ok, png = cv2.imencode(".png", np.zeros((4, 5000, 3), np.uint8))
+        assert ok
+        msg = CompressedImage(format="png", data=png.tobytes())
+        values = _handle(sam3, segmenter, msg)
+        assert (values["frames_rejected"], segmenter.calls) == ("0", 1), values["last_error"]
+        segmenter.max_image_side = 4096
+        values = _handle(sam3, segmenter, msg)
+        assert values["frames_rejected"] == "1"
+        assert "4096" in values["last_error"]
     finally:
         sam3.destroy_node()
