@@ -25,7 +25,15 @@ setup(
     license="Apache-2.0",
     # The torch engine's stack; pinned versions are in requirements/core.txt.
     extras_require={
-        "torch": ["torch", "torchvision", "transformers>=5.17", "huggingface_hub", "safetensors"],
+        "torch": [
+            "torch",
+            "torchvision",
+            "transformers>=5.17",
+            "huggingface_hub",
+            "safetensors",
+            "tqdm",
+            "open-clip-torch",
+        ],
         "test": ["pytest"],
     },
     entry_points={

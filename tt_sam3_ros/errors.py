@@ -2,8 +2,9 @@
 
 Why a type of our own: the node skips a frame it cannot use and counts it as bad input, but an
 engine fault must be logged as an engine fault with its traceback. ``ValueError`` cannot tell the
-two apart (torch, transformers and ttnn raise it too), so only the modules that check what a user
-sends (messages, preprocess, prompts) raise ``InputError``. It subclasses ``ValueError`` so callers
+two apart (torch, transformers and ttnn raise it too), so only the code that checks what a user
+sends (messages, images, depth, prompts, parameters, CLI arguments, videos) raises ``InputError``;
+the engines never do. It subclasses ``ValueError`` so callers
 of the Python API that catch ``ValueError`` keep working.
 """
 

@@ -70,7 +70,7 @@ class Sam3Segmenter:
         max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
         ttnn_options: dict[str, object] | None = None,
     ) -> Sam3Segmenter:
-        """Load weights (weights.py decides from where) and open the engine.
+        """Load weights (the ``weights`` package decides from where) and open the engine.
 
         ``ttnn_options``: the ttnn engine's weight_cache, weight_dtype, param_dtype (engines.TTNN_OPTIONS).
 
