@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .config import TILE, DeviceSettings, round_up
+from .layers import linear
 
 #: Added to the score of a masked key: exp() of it is exactly 0 in float32 and bfloat16, and it
 #: stays finite, so a padded row can never turn into NaN.
@@ -76,21 +77,6 @@ def key_padding_mask(queries: int, valid: torch.Tensor, keys: int) -> torch.Tens
     return row.expand(batch, 1, queries, keys).contiguous()
 
 
-def projection(
-    ttnn: Any, x: Any, w: dict[str, Any], name: str, settings: DeviceSettings, activation=None
-) -> Any:
-    """x @ w[name.weight] + w[name.bias]: (B, S, K) -> (B, S, N) bfloat16."""
-    return ttnn.linear(
-        x,
-        w[f"{name}.weight"],
-        bias=w.get(f"{name}.bias"),
-        activation=activation,
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
-
-
 def split_heads(ttnn: Any, x: Any, shape: AttentionShape, settings: DeviceSettings) -> Any:
     """(B, S, H*Dp) -> (B, H, S, Dp); consumes x."""
     batch, seq = x.shape[0], x.shape[1]
@@ -116,9 +102,9 @@ def multi_head_attention(
     `mask` is an additive (1 or B, 1 or H, Sq, Sk) bfloat16 TILE tensor in DRAM, or None. Sq and
     Sk must be tile multiples. Leaves its inputs allocated; returns (B, Sq, C).
     """
-    query = split_heads(ttnn, projection(ttnn, query_in, w, "q", settings), shape, settings)
-    key = split_heads(ttnn, projection(ttnn, key_in, w, "k", settings), shape, settings)
-    value = split_heads(ttnn, projection(ttnn, value_in, w, "v", settings), shape, settings)
+    query = split_heads(ttnn, linear(ttnn, query_in, w, "q", settings), shape, settings)
+    key = split_heads(ttnn, linear(ttnn, key_in, w, "k", settings), shape, settings)
+    value = split_heads(ttnn, linear(ttnn, value_in, w, "v", settings), shape, settings)
     q_seq, k_seq = query_in.shape[1], key_in.shape[1]
     program = ttnn.SDPAProgramConfig(
         compute_with_storage_grid_size=ttnn.CoreCoord(*settings.grid),
@@ -141,7 +127,7 @@ def multi_head_attention(
         ttnn.deallocate(tensor)
     merged = ttnn.transformer.concatenate_heads(context, memory_config=settings.memory)
     ttnn.deallocate(context)
-    out = projection(ttnn, merged, w, "o", settings)
+    out = linear(ttnn, merged, w, "o", settings)
     ttnn.deallocate(merged)
     return out
 

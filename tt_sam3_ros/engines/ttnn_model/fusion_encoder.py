@@ -17,29 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .attention import multi_head_attention, projection, sub_weights
+from .attention import multi_head_attention, sub_weights
 from .config import DeviceSettings
+from .layers import layer_norm, linear
 from .prompt_config import PromptLayerConfig
-
-
-def layer_norm(
-    ttnn: Any, x: Any, w: dict[str, Any], name: str, config: PromptLayerConfig, settings: DeviceSettings
-) -> Any:
-    """LayerNorm with w[name.weight], w[name.bias] and the layer's epsilon."""
-    return ttnn.layer_norm(
-        x,
-        epsilon=config.eps,
-        weight=w[f"{name}.weight"],
-        bias=w[f"{name}.bias"],
-        memory_config=settings.memory,
-        compute_kernel_config=settings.exact_kernel,
-    )
 
 
 def mlp(ttnn: Any, x: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:
     """Sam3MLP: fc2(relu(fc1(x))), the relu fused into the first matmul; leaves x allocated."""
-    expanded = projection(ttnn, x, w, "mlp.fc1", settings, activation="relu")
-    out = projection(ttnn, expanded, w, "mlp.fc2", settings)
+    expanded = linear(ttnn, x, w, "mlp.fc1", settings, activation="relu")
+    out = linear(ttnn, expanded, w, "mlp.fc2", settings)
     ttnn.deallocate(expanded)
     return out
 

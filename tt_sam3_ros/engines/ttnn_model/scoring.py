@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from .attention import projection
 from .config import DeviceSettings
+from .layers import linear
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _decoder_mlp(
     out = x
     for index in range(1, layers + 1):
         activation = "relu" if index < layers else None
-        step = projection(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation)
+        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation)
         if out is not x:
             ttnn.deallocate(out)
         out = step
@@ -116,9 +116,9 @@ def query_logits(
         pool, text_normed, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
     )
     ttnn.deallocate(text_normed)
-    text_vector = projection(ttnn, pooled, w, "text_proj", settings)
+    text_vector = linear(ttnn, pooled, w, "text_proj", settings)
     ttnn.deallocate(pooled)
-    query_vectors = projection(ttnn, queries, w, "query_proj", settings)
+    query_vectors = linear(ttnn, queries, w, "query_proj", settings)
     ttnn.deallocate(queries)
     products = ttnn.matmul(
         query_vectors,

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .attention import AttentionShape, multi_head_attention, projection, sub_weights
+from .attention import AttentionShape, multi_head_attention, sub_weights
 from .config import DeviceSettings
+from .layers import linear
 
 
 def prompt_cross_attention(
@@ -56,17 +57,17 @@ def prompt_cross_attention(
 
 def mask_embeddings(ttnn: Any, queries: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:
     """Sam3MaskEmbedder: three linears, ReLU fused into the first two; leaves queries allocated."""
-    first = projection(ttnn, queries, w, "mask_embed.0", settings, activation="relu")
-    second = projection(ttnn, first, w, "mask_embed.1", settings, activation="relu")
+    first = linear(ttnn, queries, w, "mask_embed.0", settings, activation="relu")
+    second = linear(ttnn, first, w, "mask_embed.1", settings, activation="relu")
     ttnn.deallocate(first)
-    out = projection(ttnn, second, w, "mask_embed.2", settings)
+    out = linear(ttnn, second, w, "mask_embed.2", settings)
     ttnn.deallocate(second)
     return out
 
 
 def mask_logits(ttnn: Any, embeddings: Any, pixels: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:
     """einsum("bqc,bchw->bqhw") of the embeddings with the instance-projected pixels: (B, Q, H*W)."""
-    instance = projection(ttnn, pixels, w, "instance_proj", settings)
+    instance = linear(ttnn, pixels, w, "instance_proj", settings)
     out = ttnn.matmul(
         embeddings,
         instance,

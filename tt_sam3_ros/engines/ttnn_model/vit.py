@@ -11,35 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import DeviceSettings, ImagePathConfig
-
-
-def linear(
-    ttnn: Any, x: Any, w: dict[str, Any], name: str, settings: DeviceSettings, activation: str | None = None
-) -> Any:
-    """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out, fused activation if given."""
-    return ttnn.linear(
-        x,
-        w[f"{name}.weight"],
-        bias=w.get(f"{name}.bias"),
-        activation=activation,
-        dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
-    )
-
-
-def layer_norm(
-    ttnn: Any, x: Any, w: dict[str, Any], name: str, config: ImagePathConfig, settings: DeviceSettings
-) -> Any:
-    """LayerNorm with w[name.weight], w[name.bias] and the model's epsilon."""
-    return ttnn.layer_norm(
-        x,
-        epsilon=config.eps,
-        weight=w[f"{name}.weight"],
-        bias=w[f"{name}.bias"],
-        memory_config=settings.memory,
-        compute_kernel_config=settings.exact_kernel,
-    )
+from .layers import layer_norm, linear
 
 
 def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, rotation: Any, settings: DeviceSettings) -> Any:
