@@ -20,11 +20,13 @@ from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
 from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES
 from tt_sam3_ros.errors import InputError, quoted
+from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
 from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
 from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, check_tracking_settings
+from tt_sam3_ros.weights.release import DEFAULT_MODEL_ID
 
 TRANSPORTS = ("raw", "compressed")
 #: Most cameras one node serves: each adds a subscription, five publishers and a status.
@@ -176,7 +178,7 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         ),
     ),
     "model_id": (
-        "facebook/sam3",
+        DEFAULT_MODEL_ID,
         _describe(
             f"Hugging Face model id, or '{TINY_MODEL_ID}' (offline random weights, meaningless output)."
         ),
@@ -187,7 +189,7 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     ),
     "weights_dir": ("", _describe("Local folder with the weights; empty: the Hugging Face cache or hub.")),
     "max_image_side": (
-        4096,
+        DEFAULT_MAX_IMAGE_SIDE,
         _describe(
             "Input images with a longer side are rejected (bounds host memory per frame).",
             integer_range=_int_range(16, 32768),
