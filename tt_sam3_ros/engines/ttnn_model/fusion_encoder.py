@@ -53,7 +53,7 @@ def fusion_encoder_layer(
 
     `prompt`, `position` and `mask` stay allocated (every layer reads them).
     """
-    normed = layer_norm(ttnn, vision, w, "ln1", config, settings)
+    normed = layer_norm(ttnn, vision, w, "ln1", config.eps, settings)
     positioned = ttnn.add(normed, position, memory_config=settings.memory)
     attended = multi_head_attention(
         ttnn, positioned, positioned, normed, sub_weights(w, "self_attn."), config.attention, settings
@@ -62,14 +62,14 @@ def fusion_encoder_layer(
     ttnn.deallocate(normed)
     hidden = _residual(ttnn, vision, attended, settings)
 
-    normed = layer_norm(ttnn, hidden, w, "ln2", config, settings)
+    normed = layer_norm(ttnn, hidden, w, "ln2", config.eps, settings)
     attended = multi_head_attention(
         ttnn, normed, prompt, prompt, sub_weights(w, "cross_attn."), config.attention, settings, mask
     )
     ttnn.deallocate(normed)
     hidden = _residual(ttnn, hidden, attended, settings)
 
-    normed = layer_norm(ttnn, hidden, w, "ln3", config, settings)
+    normed = layer_norm(ttnn, hidden, w, "ln3", config.eps, settings)
     expanded = mlp(ttnn, normed, w, settings)
     ttnn.deallocate(normed)
     return _residual(ttnn, hidden, expanded, settings)

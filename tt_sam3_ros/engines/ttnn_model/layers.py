@@ -27,11 +27,11 @@ def linear(
     )
 
 
-def layer_norm(ttnn: Any, x: Any, w: dict[str, Any], name: str, config: Any, settings: DeviceSettings) -> Any:
-    """LayerNorm with w[name.weight], w[name.bias] and ``config.eps`` (the layer's own epsilon)."""
+def layer_norm(ttnn: Any, x: Any, w: dict[str, Any], name: str, eps: float, settings: DeviceSettings) -> Any:
+    """LayerNorm with w[name.weight], w[name.bias] and the layer's own epsilon ``eps``."""
     return ttnn.layer_norm(
         x,
-        epsilon=config.eps,
+        epsilon=eps,
         weight=w[f"{name}.weight"],
         bias=w[f"{name}.bias"],
         memory_config=settings.memory,

@@ -24,7 +24,7 @@ from typing import Any
 
 from .attention import AttentionShape, multi_head_attention, sub_weights
 from .config import DeviceSettings
-from .layers import linear
+from .layers import layer_norm, linear
 
 
 def prompt_cross_attention(
@@ -38,14 +38,7 @@ def prompt_cross_attention(
     settings: DeviceSettings,
 ) -> Any:
     """encoder + attention(LayerNorm(encoder), prompt, prompt); leaves every input allocated."""
-    normed = ttnn.layer_norm(
-        encoder,
-        epsilon=eps,
-        weight=w["prompt_attn_norm.weight"],
-        bias=w["prompt_attn_norm.bias"],
-        memory_config=settings.memory,
-        compute_kernel_config=settings.exact_kernel,
-    )
+    normed = layer_norm(ttnn, encoder, w, "prompt_attn_norm", eps, settings)
     attended = multi_head_attention(
         ttnn, normed, prompt, prompt, sub_weights(w, "prompt_attn."), shape, settings, mask
     )

@@ -86,13 +86,13 @@ def vit_layer(
     windowed: bool,
 ) -> Any:
     """Sam3ViTLayer: x + attn(ln1(x)), then + mlp(ln2(.)); consumes x, returns (1, tokens, C)."""
-    normed = layer_norm(ttnn, x, w, "ln1", config, settings)
+    normed = layer_norm(ttnn, x, w, "ln1", config.eps, settings)
     attended = rope_attention(ttnn, normed, w, rope, config, settings, windowed)
     ttnn.deallocate(normed)
     residual = ttnn.add(x, attended, memory_config=settings.memory)
     ttnn.deallocate(x)
     ttnn.deallocate(attended)
-    normed = layer_norm(ttnn, residual, w, "ln2", config, settings)
+    normed = layer_norm(ttnn, residual, w, "ln2", config.eps, settings)
     expanded = linear(ttnn, normed, w, "fc1", settings, activation="gelu")
     ttnn.deallocate(normed)
     projected = linear(ttnn, expanded, w, "fc2", settings)
@@ -120,7 +120,7 @@ def vit_embeddings(
     embedded_flat = ttnn.reshape(embedded, (1, config.tokens, config.hidden))
     positioned = ttnn.add(embedded_flat, w["pos_embed"], memory_config=settings.memory)
     ttnn.deallocate(embedded_flat)
-    out = layer_norm(ttnn, positioned, w, "ln_pre", config, settings)
+    out = layer_norm(ttnn, positioned, w, "ln_pre", config.eps, settings)
     ttnn.deallocate(positioned)
     return out
 
