@@ -124,8 +124,9 @@ class TtnnEngine:
         param_dtype: device dtype of norms, biases, position terms ("bfloat16").
         weight_cache: directory for converted weights (a restart skips the conversion); None: no cache.
         use_trace: replay one captured trace per frame (default) or run the ops eagerly (debugging).
-        dispatch: "worker" (default, tt-metal's Blackhole default) or "ethernet" (tried, with a
-            fallback to worker dispatch; see open_blackhole).
+        dispatch: "auto" (default: Ethernet dispatch when the installed build can open it, else
+            worker, tt-metal's Blackhole default), "worker", or "ethernet" (tried, with a fallback
+            to worker dispatch); see open_blackhole.
         prompt_path: the prompt path to use instead of host_prompt_path(model, tokenizer, dtype).
     """
 
@@ -146,7 +147,7 @@ class TtnnEngine:
         use_trace: bool = True,
         l1_small_size: int = DEFAULT_L1_SMALL,
         trace_region_size: int = DEFAULT_TRACE_REGION,
-        dispatch: str = "worker",
+        dispatch: str = "auto",
         prompt_path: PromptPath | None = None,
     ) -> None:
         if tuple(mesh_shape) != (1, 1):

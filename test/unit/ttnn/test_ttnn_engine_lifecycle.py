@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tt_sam3_ros.engines.base import EngineError
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _engine(ttnn, model, tokenizer, **kwargs):
@@ -42,6 +46,63 @@ def test_ethernet_dispatch_only_when_asked_and_falls_back(ttnn, tiny_model, toke
         assert "12x10 compute grid, ethernet dispatch" in engine.describe()["device"]
     with pytest.raises(EngineError, match="dispatch 'eth'"):
         _engine(ttnn, tiny_model, tokenizer, dispatch="eth")
+
+
+def _descriptor(root: Path, cores: int) -> Path:
+    """A tt-metal root whose Ethernet-dispatch core descriptor lists `cores` dispatch cores."""
+    from tt_sam3_ros.engines.ttnn_model.device import ETH_DISPATCH_DESCRIPTOR
+
+    listed = {"dispatch_cores": [[0, index] for index in range(cores)], "dispatch_core_type": "ethernet"}
+    variants = {name: {"col": {1: listed, 2: listed}} for name in ("unharvested", "2xharvested")}
+    path = root / ETH_DISPATCH_DESCRIPTOR
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(variants))
+    return root
+
+
+def test_the_probe_reads_the_installed_wheels_descriptor_as_cannot_open():
+    """The real ttnn 0.81.1 wheel's descriptor lists 14 Ethernet dispatch cores (DESIGN.md 5a)."""
+    from tt_sam3_ros.engines.ttnn_model.device import ethernet_dispatch_probe
+
+    packages = sorted(REPO.glob(".venv-ttnn/lib/python3.*/site-packages/ttnn"))
+    if not packages:
+        pytest.skip("no .venv-ttnn with the real ttnn wheel (make ttnn-env makes it)")
+    opens, reason = ethernet_dispatch_probe(None, roots=[packages[0]])
+    assert not opens and "lists 14 Ethernet dispatch cores" in reason and "at most 12" in reason
+
+
+@pytest.mark.parametrize(
+    "cores, text, expected",
+    [(12, None, True), (14, None, False), (None, "col: [unclosed", False), (None, "[]", False)],
+)
+def test_the_probe_decides_from_the_descriptor(tmp_path, cores, text, expected):
+    from tt_sam3_ros.engines.ttnn_model.device import ETH_DISPATCH_DESCRIPTOR, ethernet_dispatch_probe
+
+    if cores is not None:
+        _descriptor(tmp_path, cores)
+    else:
+        (tmp_path / ETH_DISPATCH_DESCRIPTOR).parent.mkdir(parents=True)
+        (tmp_path / ETH_DISPATCH_DESCRIPTOR).write_text(text)
+    opens, reason = ethernet_dispatch_probe(None, roots=[tmp_path])
+    assert opens is expected, reason
+    assert str(tmp_path) in reason
+    assert ethernet_dispatch_probe(None, roots=[tmp_path / "elsewhere"]) == (
+        False,
+        "no Ethernet-dispatch core descriptor found in the installed build",
+    )
+
+
+def test_auto_dispatch_opens_ethernet_only_where_the_build_can(
+    ttnn, tiny_model, tokenizer, tmp_path, monkeypatch, caplog
+):
+    ttnn.SETTINGS.eth_dispatch_opens = True  # a build that would open it, if asked
+    monkeypatch.setenv("TT_METAL_RUNTIME_ROOT", str(_descriptor(tmp_path / "bad", 14)))
+    with caplog.at_level(logging.INFO), _engine(ttnn, tiny_model, tokenizer) as engine:
+        assert engine.dispatch == "worker" and engine.device.dispatch_core_config.type is None
+    assert "lists 14 Ethernet dispatch cores" in caplog.text
+    monkeypatch.setenv("TT_METAL_RUNTIME_ROOT", str(_descriptor(tmp_path / "good", 12)))
+    with _engine(ttnn, tiny_model, tokenizer) as engine:
+        assert engine.dispatch == "ethernet" and engine.settings.grid == (12, 10)
 
 
 def test_a_failed_ethernet_open_that_breaks_the_process_is_reported(ttnn, tiny_model, tokenizer):

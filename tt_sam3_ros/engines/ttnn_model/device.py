@@ -5,7 +5,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
+import os
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ..base import EngineError
 
@@ -18,8 +22,13 @@ WRITTEN_AGAINST_TTNN = "0.81.1"
 DEFAULT_TRACE_REGION = 64 * 1024 * 1024
 #: L1 reserved for conv2d's halo and config tensors.
 DEFAULT_L1_SMALL = 32 * 1024
-#: How the chip is opened: "worker" (tt-metal's Blackhole default) or "ethernet" (asked for).
-DISPATCH_MODES = ("worker", "ethernet")
+#: How the chip is opened: "auto" (Ethernet dispatch when the installed build can open it, else
+#: worker), "worker" (tt-metal's Blackhole default) or "ethernet" (asked for, with a fallback).
+DISPATCH_MODES = ("auto", "worker", "ethernet")
+#: Ethernet cores a p150a can lend to dispatch (DESIGN.md 5a: at most 12 of the die's 14).
+P150A_DISPATCH_ETH_CORES = 12
+#: tt-metal's Ethernet-dispatch core descriptor for a 140-core Blackhole, relative to its root.
+ETH_DISPATCH_DESCRIPTOR = Path("tt_metal", "core_descriptors", "blackhole_140_arch_eth_dispatch.yaml")
 
 
 def load_ttnn(ttnn_module: Any = None) -> Any:
@@ -46,15 +55,70 @@ def ttnn_version(ttnn: Any) -> str:
         return "unknown"
 
 
+def _descriptor_roots(ttnn: Any) -> list[Path]:
+    """Where a tt-metal build keeps its core descriptors: the runtime root tt-metal itself reads
+    (TT_METAL_RUNTIME_ROOT, TT_METAL_HOME), the wheel's package folder, a source tree's root."""
+    roots = [
+        Path(os.environ[name]) for name in ("TT_METAL_RUNTIME_ROOT", "TT_METAL_HOME") if os.environ.get(name)
+    ]
+    module_file = getattr(ttnn, "__file__", None)
+    if module_file:
+        package = Path(module_file).resolve().parent
+        roots += [package, package.parent.parent]  # wheel: ttnn/tt_metal; source tree: <root>/ttnn/ttnn
+    return roots
+
+
+def ethernet_dispatch_probe(
+    ttnn: Any, command_queues: int = 1, roots: list[Path] | None = None
+) -> tuple[bool, str]:
+    """Whether the installed build can open a p150a with Ethernet dispatch, and why: read from the
+    build's Ethernet-dispatch core descriptor, without opening anything.
+
+    Opening is not a safe probe: a refused Ethernet open happens deep in device initialisation, and
+    whether the process can still open the chip afterwards is known only for the mock (DESIGN.md 5b).
+    The descriptor is what fails on current builds: it lists more Ethernet dispatch cores than a
+    p150a has, and the allocator's configuration walks all of them ("No core coordinate found").
+    A build whose every harvesting variant lists at most P150A_DISPATCH_ETH_CORES cores for this
+    many command queues is taken to open; no descriptor, or one this code cannot read, is a no.
+    """
+    for root in roots if roots is not None else _descriptor_roots(ttnn):
+        path = root / ETH_DISPATCH_DESCRIPTOR
+        if path.is_file():
+            return _read_descriptor(path, command_queues)
+    return False, "no Ethernet-dispatch core descriptor found in the installed build"
+
+
+def _read_descriptor(path: Path, command_queues: int) -> tuple[bool, str]:
+    try:
+        variants = yaml.safe_load(path.read_text())
+        counts = {
+            name: len({tuple(core) for core in variant["col"][command_queues]["dispatch_cores"]})
+            for name, variant in variants.items()
+        }
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as error:
+        return False, f"{path} could not be read as a core descriptor ({type(error).__name__}: {error})"
+    if not counts:
+        return False, f"{path} describes no chip"
+    most = max(counts.values())
+    if most > P150A_DISPATCH_ETH_CORES:
+        return False, (
+            f"{path} lists {most} Ethernet dispatch cores for {command_queues} command queue(s); "
+            f"a p150a has at most {P150A_DISPATCH_ETH_CORES}"
+        )
+    return True, f"{path} lists at most {most} Ethernet dispatch cores"
+
+
 def open_blackhole(
-    ttnn: Any, device_id: int, l1_small_size: int, trace_region_size: int, dispatch: str = "worker"
+    ttnn: Any, device_id: int, l1_small_size: int, trace_region_size: int, dispatch: str = "auto"
 ) -> tuple[Any, str]:
     """Open one chip as current tt-metal supports it; returns (device, dispatch used).
 
-    "worker": no dispatch arguments, so tt-metal picks its Blackhole default (worker cores on a
-    column dispatch), which is how Tenstorrent's own SAM 3 demo opens the chip. "ethernet" is
-    tried only when asked for: current Blackhole builds cannot open it (their Ethernet-dispatch
-    core descriptor lists more cores than the chip has), and when it fails the chip is opened
+    "auto" (the default): "ethernet" when ethernet_dispatch_probe says the installed build can
+    open it (one more column computes), else "worker". "worker": no dispatch arguments, so
+    tt-metal picks its Blackhole default (worker cores on a column dispatch), which is how
+    Tenstorrent's own SAM 3 demo opens the chip. "ethernet": current Blackhole builds cannot open
+    it (their Ethernet-dispatch core descriptor lists more cores than the chip has), and when it
+    fails the chip is opened
     with worker dispatch in the same process, with a warning (the real library allows that
     retry on a mock p150a; DEVICE_VALIDATION.md asks a chip owner to confirm it on a chip).
     The compute grid is never assumed: callers read it from the opened device. When no open
@@ -64,6 +128,10 @@ def open_blackhole(
         raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
     sizes = dict(device_id=device_id, l1_small_size=l1_small_size, trace_region_size=trace_region_size)
     failures = []
+    if dispatch == "auto":
+        opens, reason = ethernet_dispatch_probe(ttnn)
+        dispatch = "ethernet" if opens else "worker"
+        LOG.info("dispatch: %s (%s)", dispatch, reason)
     if dispatch == "ethernet":
         try:
             eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
