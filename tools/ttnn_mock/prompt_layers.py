@@ -1,8 +1,9 @@
 """Run the prompt path's TT-NN modules with the real ttnn 0.81.1 library on a mock p150a.
 
-The modules (ttnn_model/fusion_encoder.py, decoder.py, scoring.py, segmentation_head.py) are not
-wired into the engine yet, so this runner calls each one as the engine will: one fusion-encoder
-layer, one decoder layer, the scoring and the segmentation head's pieces, on zero-valued device
+The modules (ttnn_model/geometry_encoder.py, fusion_encoder.py, decoder.py, scoring.py,
+segmentation_head.py) are not wired into the engine yet, so this runner calls each one as the engine
+will: the geometry encoder's class token (once per image: batch 1 whatever --batch says), one
+fusion-encoder layer, one decoder layer, the scoring and the segmentation head's pieces, on zero-valued device
 tensors of the real shapes (nothing computes on the mock; numerics are the emulator's job).
 The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
 picks its program factories and sizes their circular buffers against the real allocator.
@@ -38,6 +39,7 @@ SIZES = ("full", "tiny")
 
 def write_manifest(size: str, path: Path) -> Path:
     """Torch side: the prepared weights' shapes and roles, and the layer dimensions, as JSON."""
+    import torch
     from transformers import Sam3Config
     from transformers.models.sam3 import modeling_sam3 as sam3
 
@@ -49,7 +51,10 @@ def write_manifest(size: str, path: Path) -> Path:
     encoder_layer = sam3.Sam3DetrEncoderLayer(config.detr_encoder_config)
     scoring = sam3.Sam3DotProductScoring(config)
     head = sam3.Sam3MaskDecoder(config.mask_decoder_config)
+    geometry = sam3.Sam3GeometryEncoder(config.geometry_encoder_config)
+    hidden = config.geometry_encoder_config.hidden_size
     groups = {
+        "geometry": prompt_weights.prepare_geometry_encoder(geometry, torch.zeros(1, hidden, 72, 72)),
         "encoder": prompt_weights.prepare_fusion_encoder_layer(encoder_layer),
         "decoder": prompt_weights.prepare_decoder_layer(decoder.layers[0]),
         "scoring": prompt_weights.prepare_scoring(scoring, decoder),
@@ -64,6 +69,11 @@ def write_manifest(size: str, path: Path) -> Path:
         "eps": encoder_layer.layer_norm1.eps,
         "queries": config.detr_decoder_config.num_queries,
         "scale": float(scoring.scale),
+        "geometry": {
+            "layers": len(geometry.layers),
+            "intermediate": geometry.layers[0].mlp.fc1.out_features,
+            "eps": geometry.output_layer_norm.eps,
+        },
         "weights": {
             group: {name: [list(w.values.shape), w.kind] for name, w in host.items()}
             for group, host in groups.items()
@@ -83,6 +93,7 @@ def _import_modules() -> types.SimpleNamespace:
             config,
             decoder,
             fusion_encoder,
+            geometry_encoder,
             prompt_config,
             scoring,
             segmentation_head,
@@ -95,6 +106,7 @@ def _import_modules() -> types.SimpleNamespace:
         config=config,
         decoder=decoder,
         fusion_encoder=fusion_encoder,
+        geometry_encoder=geometry_encoder,
         prompt_config=prompt_config,
         scoring=scoring,
         segmentation_head=segmentation_head,
@@ -140,10 +152,15 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
             vision_keyed=zeros((b, s, c)),
             box_bias=zeros((b, heads, q, s)),
         )
-        encoder_w, decoder_w, scoring_w, head_w = (
-            weights(g) for g in ("encoder", "decoder", "scoring", "head")
+        geometry_w, encoder_w, decoder_w, scoring_w, head_w = (
+            weights(g) for g in ("geometry", "encoder", "decoder", "scoring", "head")
         )
+        g = manifest["geometry"]
+        geometry = m.geometry_encoder.GeometryConfig(c, g["intermediate"], shape, g["layers"], g["eps"])
         steps = {
+            "geometry_class_token": lambda: m.geometry_encoder.class_token(
+                ttnn, zeros((1, 1, s, c)), geometry_w, geometry, settings
+            ),
             "fusion_encoder_layer": lambda: m.fusion_encoder.fusion_encoder_layer(
                 ttnn,
                 zeros((b, s, c)),

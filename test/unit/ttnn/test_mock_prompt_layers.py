@@ -3,7 +3,8 @@
 tools/ttnn_mock/prompt_layers.py runs in .venv-ttnn as a subprocess (a crash inside tt-metal fails
 one test, not pytest); this side writes its manifest. The mock checks what the real library checks
 on the host (validation, program factories, circular buffers, the allocator), not numerics; the
-modules are not in the engine yet, so each is called once, eagerly, as the engine will call it.
+modules are not in the engine yet, so each is called once, eagerly, as the engine will call it
+(the geometry encoder's class token once per image, the others for a batch of prompts).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ttnn_mock import prompt_layers, toolchain  # noqa: E402 - tools/ is not a p
 
 GRIDS = {"harvested": (toolchain.HARVEST_MASKS["harvested"], [11, 10]), "unharvested": (0, [13, 10])}
 MODULES = {
+    "geometry_class_token",
     "fusion_encoder_layer",
     "decoder_layer",
     "query_logits",
@@ -73,7 +75,9 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     assert done.returncode == 0 and report["ok"], (report, done.stderr[-2000:])
     assert report["grid"] == expected_grid
     assert set(report["modules"]) == MODULES
-    assert all(v["shape"][0] == batch for v in report["modules"].values())
+    # the class token is once per image; every other module runs the batch of prompts
+    assert report["modules"]["geometry_class_token"]["shape"] == [1, 32, 256 if size == "full" else 32]
+    assert all(v["shape"][0] == batch for k, v in report["modules"].items() if k != "geometry_class_token")
     print(
         f"{size}, {batch} prompt(s), on {grid} {report['grid']}: "
         + ", ".join(f"{k} {v['shape']}" for k, v in report["modules"].items())

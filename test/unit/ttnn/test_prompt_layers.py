@@ -554,3 +554,119 @@ def test_fusion_encoder_stack_matches_transformers(ttnn):
     print(f"3-layer fusion encoder stack: PCC {results[0]:.5f}; layers reversed: PCC {results[1]:.5f}")
     assert results[0] >= PCC_GATE
     assert results[1] < PCC_GATE
+
+
+# geometry encoder's class token -----------------------------------------------------------------
+def smooth_image(channels: int, side: int, seed: int) -> torch.Tensor:
+    """A (1, C, side, side) feature map with structure across the image, as FPN features have
+    (low-resolution noise upsampled, plus fine noise): attention to different places reads
+    different values, so the image decides the class token (white noise would average out)."""
+    generator = torch.Generator().manual_seed(seed)
+    low = torch.randn(1, channels, 6, 6, generator=generator) * 2
+    smooth = torch.nn.functional.interpolate(low, size=(side, side), mode="bilinear")
+    return smooth + 0.5 * torch.randn(1, channels, side, side, generator=generator)
+
+
+def geometry_case(config, seed: int = 0):
+    """A randomised Sam3GeometryEncoder, the sine position encoding of a 72 x 72 level, and a
+    function giving transformers' float32 output for an image as the torch engine calls it
+    (one padded box: mask False, label 0)."""
+    from transformers.models.sam3.modeling_sam3 import Sam3GeometryEncoder, Sam3SinePositionEmbedding
+
+    geometry_config = config.geometry_encoder_config
+    geometry_config._attn_implementation = "eager"
+    encoder = Sam3GeometryEncoder(geometry_config).eval()
+    randomise(encoder, seed)
+    hidden = geometry_config.hidden_size
+    position = Sam3SinePositionEmbedding(num_position_features=hidden // 2, normalize=True)(
+        (1, hidden, 72, 72), "cpu", torch.float32
+    )
+
+    def reference(image: torch.Tensor, box: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)):
+        with torch.no_grad():
+            out = encoder(
+                box_embeddings=torch.tensor([[box]]),
+                box_mask=torch.zeros(1, 1, dtype=torch.bool),
+                box_labels=torch.zeros(1, 1, dtype=torch.long),
+                img_feats=(image,),
+                img_pos_embeds=(position,),
+            )
+        return out.last_hidden_state, out.attention_mask
+
+    return encoder, position, reference
+
+
+def run_class_token(chip: Chip, host: dict, encoder, image: torch.Tensor) -> torch.Tensor:
+    """The device's (1, C) class token for a (1, C, H, W) image given as the neck's (1, 1, H*W, C)."""
+    from tt_sam3_ros.engines.ttnn_model.geometry_encoder import GeometryConfig, class_token
+
+    channels = image.shape[1]
+    vision = chip.tensor(image.flatten(2).transpose(1, 2).reshape(1, 1, -1, channels))
+    tile = class_token(
+        chip.ttnn, vision, chip.weights(host), GeometryConfig.from_module(encoder), chip.settings
+    )
+    assert tuple(tile.shape) == (1, 32, channels)
+    return chip.read(tile)[:, 0]
+
+
+@pytest.fixture(scope="module")
+def full_geometry_case():
+    from transformers import Sam3Config
+
+    return geometry_case(Sam3Config())
+
+
+def test_geometry_padded_box_never_reaches_the_class_token(full_geometry_case):
+    """What the torch engine relies on, in transformers itself: the padded box is masked out and
+    overwritten, so any box gives the same class token and only the image changes it."""
+    _, _, reference = full_geometry_case
+    image = smooth_image(256, 72, seed=1)
+    token, mask = reference(image)
+    moved, _ = reference(image, (0.3, 0.6, 0.2, 0.5))
+    other, _ = reference(smooth_image(256, 72, seed=2))
+    assert mask.tolist() == [[True, False]]
+    assert torch.equal(token[:, 0], moved[:, 0])
+    assert pcc(token[:, 0], other[:, 0]) < PCC_GATE - 0.1
+
+
+@pytest.mark.parametrize("size", ["tiny", "full"])
+def test_geometry_class_token_matches_transformers(ttnn, size, full_geometry_case):
+    """Device class token against transformers' (float32) on a structured 72 x 72 image; the token
+    of another image is printed beside it and, at full size, must score far below the gate (the
+    image matters there; the tiny model's single 32-wide layer barely lets it)."""
+    from transformers import Sam3Config
+
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_geometry_encoder
+    from tt_sam3_ros.tiny_model import tiny_sam3_config
+
+    if size == "full":
+        encoder, position, reference = full_geometry_case
+    else:
+        encoder, position, reference = geometry_case(tiny_sam3_config())
+    assert size == "tiny" or encoder.config.to_dict() == Sam3Config().geometry_encoder_config.to_dict()
+    channels = encoder.hidden_size
+    image = smooth_image(channels, 72, seed=1)
+    want = reference(image)[0][:, 0]
+    got = run_class_token(Chip(ttnn), prepare_geometry_encoder(encoder, position), encoder, image)
+    other = reference(smooth_image(channels, 72, seed=2))[0][:, 0]
+    print(
+        f"{size} geometry encoder class token ({len(encoder.layers)} layers): PCC {pcc(got, want):.5f}, "
+        f"max error {float((got - want).abs().max()):.4f} (another image's token: PCC {pcc(other, want):.3f})"
+    )
+    assert size == "tiny" or pcc(other, want) < PCC_GATE - 0.1
+    assert pcc(got, want) >= PCC_GATE
+
+
+def test_geometry_negative_control_fails_the_gate(ttnn, full_geometry_case):
+    """The image cross-attention's key and value projections swapped in every layer: must fail."""
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_geometry_encoder
+
+    encoder, position, reference = full_geometry_case
+    host = prepare_geometry_encoder(encoder, position)
+    for index in range(len(encoder.layers)):
+        host = swap_key_value(host, f"layers.{index}.cross_attn.")
+    image = smooth_image(256, 72, seed=1)
+    got = run_class_token(Chip(ttnn), host, encoder, image)
+    want = reference(image)[0][:, 0]
+    print(f"full-size geometry encoder, cross-attention K/V swapped: PCC {pcc(got, want):.5f}")
+    assert pcc(got, want) < PCC_GATE

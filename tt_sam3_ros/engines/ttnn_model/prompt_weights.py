@@ -1,5 +1,5 @@
-"""Weights of the prompt path (fusion encoder and decoder layers), prepared on the host in pure
-torch, in the style of weights.py and uploaded with its ``upload`` (matmul weights bfloat8_b,
+"""Weights of the prompt path (geometry encoder, fusion encoder, decoder, heads), prepared on
+the host in pure torch, in the style of weights.py and uploaded with its ``upload`` (matmul weights bfloat8_b,
 norms and biases bfloat16, all TILE in DRAM).
 
 Layouts:
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .attention import AttentionShape
+from .config import TILE
 from .weights import HostWeight
 
 
@@ -139,4 +140,40 @@ def prepare_segmentation_head(mask_decoder: Any) -> dict[str, HostWeight]:
     for index, linear in enumerate(mask_decoder.mask_embedder.layers):
         weights[f"mask_embed.{index}.weight"] = HostWeight(_matrix(linear.weight), "matmul")
         weights[f"mask_embed.{index}.bias"] = _row(linear.bias)
+    return weights
+
+
+def prepare_geometry_encoder(encoder: Any, position: torch.Tensor) -> dict[str, HostWeight]:
+    """transformers' Sam3GeometryEncoder -> geometry_encoder.py's weights for a text-only prompt.
+
+    `position` is the sine position encoding (1, C, H, W) of the FPN level it attends to (the
+    neck's scale-1 map), flattened to (1, H*W, C) row-major like the neck's output. "start" is
+    the image-independent first token, prompt_layer_norm(final_proj(cls_embed)), made here in
+    float32 as row 0 of one (1, 32, C) tile (zero rows after it). Per layer only the
+    self-attention's value and output projections are kept: with one valid key, that attention
+    is o_proj(v_proj(x)) (geometry_encoder.py says why).
+    """
+    with torch.no_grad():
+        start = encoder.prompt_layer_norm(encoder.final_proj(encoder.cls_embed.weight)).float()
+    tile = torch.zeros(1, TILE, start.shape[-1])
+    tile[0, 0] = start[0]
+    weights = {
+        "start": HostWeight(tile, "param"),
+        "position": HostWeight(position.detach().float().flatten(2).transpose(1, 2).contiguous(), "param"),
+        **_norm(encoder.output_layer_norm, "output_norm."),
+    }
+    for index, layer in enumerate(encoder.layers):
+        prefix = f"layers.{index}."
+        values_only = prefix + "self_attn.v.", prefix + "self_attn.o."
+        self_attention = prepare_attention(layer.self_attn, prefix + "self_attn.")
+        weights.update(
+            {
+                **_norm(layer.layer_norm1, prefix + "ln1."),
+                **{name: w for name, w in self_attention.items() if name.startswith(values_only)},
+                **_norm(layer.layer_norm2, prefix + "ln2."),
+                **prepare_attention(layer.cross_attn, prefix + "cross_attn."),
+                **_norm(layer.layer_norm3, prefix + "ln3."),
+                **_mlp(layer.mlp, prefix + "mlp."),
+            }
+        )
     return weights
