@@ -13,6 +13,10 @@ tt-metal on the mock (Buffer::address() under generate_trace_dispatch_commands, 
 ttnn.add; ``--real-trace`` tries it anyway), so begin/end_trace_capture are stand-ins and the
 captured forward runs eagerly, and execute_trace runs that forward eagerly again on the
 trace's input buffer: the ops a trace would hold are checked, the trace itself is not.
+The chip is opened as the engine opens it, with two command queues: the upload on queue 1 into
+the staging buffer, record_event and the staging copy (ttnn.copy) run for real; wait_for_event
+segfaults on the mock (DeviceCommand::add_dispatch_wait under enqueue_wait_for_event), so it is
+a stand-in (every call here is synchronous on the mock anyway).
 
 Modes:
     normal       (default) real allocator: out-of-memory and circular-buffer clashes raise.
@@ -94,6 +98,7 @@ class MockSession:
         overrides: dict[str, Any] = {"from_torch": self.from_numpy, "as_tensor": self.as_tensor}
         if not real_trace:
             overrides.update(
+                wait_for_event=lambda *a, **k: None,
                 begin_trace_capture=self.begin_trace_capture,
                 end_trace_capture=lambda *a, **k: None,
                 execute_trace=self.execute_trace,
@@ -205,11 +210,13 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
             dispatch,
             matmul_dtype=dtypes[manifest.get("weight_dtype", "bfloat8_b")],
             param_dtype=dtypes[manifest.get("param_dtype", "bfloat16")],
+            command_queues=ttnn_engine.COMMAND_QUEUES,
         )
     except BaseException:
         ttnn.close_device(device)
         raise
-    done(started, dispatch=dispatch, grid=[grid.x, grid.y])
+    report["command_queues"] = engine.command_queues
+    done(started, dispatch=dispatch, grid=[grid.x, grid.y], command_queues=engine.command_queues)
     try:
         started = phase("upload")
         engine.upload(host_weights(manifest, weights_module))
@@ -239,7 +246,7 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
             ops_before = len(module.log)
             engine.capture(host_input)
             trace = engine._trace
-            session.replay = lambda: trace.forward(trace.input)
+            session.replay = lambda: trace.forward(*trace.inputs)
             traced = "real" if args.real_trace else "eager stand-in"
             done(started, ops=len(module.log) - ops_before, traced=traced)
             started = phase("replay")

@@ -26,7 +26,9 @@ from typing import Any
 RUNTIME = frozenset(
     {
         "open_device",
+        "open_mesh_device",
         "close_device",
+        "close_mesh_device",
         "synchronize_device",
         "deallocate",
         "from_torch",

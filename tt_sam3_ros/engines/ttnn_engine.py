@@ -33,6 +33,7 @@ from .base import DecodedBatch, EngineError
 from .ttnn_model import neck
 from .ttnn_model.config import ImagePathConfig, patchify
 from .ttnn_model.device import (
+    COMMAND_QUEUES,
     DEFAULT_L1_SMALL,
     DEFAULT_TRACE_REGION,
     DISPATCH_MODES,
@@ -45,6 +46,7 @@ from .ttnn_model.image_encoder import ChipImageEncoder
 from .ttnn_model.weights import fingerprint, prepare_neck, prepare_vit
 
 __all__ = [
+    "COMMAND_QUEUES",
     "DEFAULT_L1_SMALL",
     "DEFAULT_TRACE_REGION",
     "DISPATCH_MODES",
@@ -230,7 +232,7 @@ class TtnnEngine:
         return {
             "engine": self.name,
             "device": f"Blackhole p150a {self.device_id}{emulated}, {x}x{y} compute grid, "
-            f"{self.dispatch} dispatch",
+            f"{self.dispatch} dispatch, {self.image_encoder.command_queues} command queues",
             "dtype": f"image path: {self._weight_dtype_name} weights, bfloat16 activations; "
             f"prompt path on {prompt['device'].split(' ')[0]} ({prompt['dtype']})",
             "ttnn": self.version,

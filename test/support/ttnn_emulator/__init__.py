@@ -20,6 +20,7 @@ from ._ops import (
     clamp,
     concatenate_heads,
     conv2d,
+    copy,
     gelu,
     layer_norm,
     linear,

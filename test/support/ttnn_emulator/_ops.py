@@ -475,6 +475,31 @@ def to_memory_config(tensor: Tensor, memory_config: MemoryConfig, dtype: DataTyp
     )[0]
 
 
+def copy(input_a: Tensor, input_b: Tensor) -> Tensor:
+    """Copy `input_a`'s contents into the existing buffer `input_b` (in place, on queue 0).
+
+    Specs must match (shape, dtype, layout): the real op asks for equal shapes, and a copy into a
+    persistent trace input must keep the spec the trace was captured with. Inside a capture it
+    is refused: only the eager use (a staging buffer into a trace's input, trace.py) is emulated.
+    """
+    for tensor in (input_a, input_b):
+        if not is_device_tensor(tensor):
+            raise EmulatorError(f"copy: {tensor!r} is not a device tensor")
+    if input_b._device.capturing:
+        raise EmulatorError("copy inside a trace capture is not emulated (the engine copies outside traces)")
+    spec_a = (tuple(input_a.shape), input_a.dtype, input_a.layout)
+    spec_b = (tuple(input_b.shape), input_b.dtype, input_b.layout)
+    if spec_a != spec_b:
+        raise EmulatorError(f"copy: {input_a!r} and {input_b!r} differ in shape, dtype or layout")
+
+    def compute() -> list[Tensor]:
+        input_b.write(input_a.read().clone(), quantized=True)
+        input_b.clobbered_by_replay = False
+        return [input_b]
+
+    return _launch("copy", [input_a, input_b], {}, compute)[0]
+
+
 # attention ----------------------------------------------------------------------------------
 def split_query_key_value_and_split_heads(
     input_tensor: Tensor,

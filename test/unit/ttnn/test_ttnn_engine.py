@@ -85,9 +85,13 @@ def test_image_features_match_transformers(engine, sharp_model):
 def test_one_replay_per_frame_sees_the_new_pixels(engine, sharp_model):
     device = engine.device
     replays, captured = device.replays, engine._trace.trace_id
+    copies = device.op_log.count("copy")
     first = [f.clone() for f in engine.encode_vision(random_pixels(2)).fpn_hidden_states]
     second = engine.encode_vision(random_pixels(3)).fpn_hidden_states
     assert device.replays == replays + 2 and engine._trace.trace_id is captured  # no re-capture
+    # Each frame went up on queue 1 into the staging buffer, then was copied into the trace's input.
+    assert device.num_command_queues == 2 and len(engine._trace.staging) == 1
+    assert device.op_log.count("copy") == copies + 2
     reference = reference_features(sharp_model, random_pixels(3)).fpn_hidden_states
     for old, new, want in zip(first, second, reference, strict=True):
         assert pcc(new, want) >= PCC_GATE

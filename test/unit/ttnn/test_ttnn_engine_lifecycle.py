@@ -30,7 +30,9 @@ def test_opens_with_worker_dispatch_and_reads_the_grid(ttnn, tiny_model, tokeniz
         assert isinstance(engine, Engine)
         assert engine.device.dispatch_core_config.type is None  # tt-metal's own default
         assert engine.settings.grid == grid
-        assert f"{grid[0]}x{grid[1]} compute grid, worker dispatch" in engine.describe()["device"]
+        described = engine.describe()["device"]
+        assert f"{grid[0]}x{grid[1]} compute grid, worker dispatch, 2 command queues" in described
+        assert engine.device.num_command_queues == 2
 
 
 def test_ethernet_dispatch_only_when_asked_and_falls_back(ttnn, tiny_model, tokenizer, caplog):
@@ -200,7 +202,7 @@ def test_a_failed_trace_capture_releases_its_trace(ttnn):
     device could not close): the trace is released and a later capture starts afresh."""
     import torch
 
-    from tt_sam3_ros.engines.ttnn_model.trace import TracedImagePath
+    from tt_sam3_ros.engines.ttnn_model.trace import TracedPath
 
     device = ttnn.open_device(device_id=0, trace_region_size=1 << 20)
     weight = ttnn.from_torch(torch.eye(32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
@@ -212,7 +214,7 @@ def test_a_failed_trace_capture_releases_its_trace(ttnn):
             raise RuntimeError("program cache miss during capture")
         return [ttnn.matmul(x, weight)]
 
-    path = TracedImagePath(ttnn, device, forward, (32, 32))
+    path = TracedPath(ttnn, device, forward)
     frame = ttnn.from_torch(torch.ones(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
     with pytest.raises(RuntimeError, match="cache miss"):
         path.capture(frame)

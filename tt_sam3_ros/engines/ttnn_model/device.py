@@ -29,6 +29,9 @@ DISPATCH_MODES = ("auto", "worker", "ethernet")
 P150A_DISPATCH_ETH_CORES = 12
 #: tt-metal's Ethernet-dispatch core descriptor for a 140-core Blackhole, relative to its root.
 ETH_DISPATCH_DESCRIPTOR = Path("tt_metal", "core_descriptors", "blackhole_140_arch_eth_dispatch.yaml")
+#: Command queues the chip is opened with: queue 0 replays the traces, queue 1 uploads the next
+#: frame meanwhile (trace.py), as Tenstorrent's trace + 2-CQ demos run.
+COMMAND_QUEUES = 2
 
 
 def load_ttnn(ttnn_module: Any = None) -> Any:
@@ -113,20 +116,29 @@ def open_blackhole(
 ) -> tuple[Any, str]:
     """Open one chip as current tt-metal supports it; returns (device, dispatch used).
 
+    The chip is opened as a 1x1 mesh with COMMAND_QUEUES (2) command queues, through
+    open_mesh_device: its signature names num_command_queues (open_device's binding in 0.81.1
+    does not list it) and it is how Tenstorrent's mesh fixtures open a chip for trace + 2 CQs.
     "auto" (the default): "ethernet" when ethernet_dispatch_probe says the installed build can
     open it (one more column computes), else "worker". "worker": no dispatch arguments, so
     tt-metal picks its Blackhole default (worker cores on a column dispatch), which is how
     Tenstorrent's own SAM 3 demo opens the chip. "ethernet": current Blackhole builds cannot open
     it (their Ethernet-dispatch core descriptor lists more cores than the chip has), and when it
-    fails the chip is opened
-    with worker dispatch in the same process, with a warning (the real library allows that
-    retry on a mock p150a; DEVICE_VALIDATION.md asks a chip owner to confirm it on a chip).
+    fails the chip is opened with worker dispatch in the same process, with a warning (the real
+    library allows that retry on a mock p150a; DEVICE_VALIDATION.md asks a chip owner to confirm
+    it on a chip).
     The compute grid is never assumed: callers read it from the opened device. When no open
     works, the error names the likely causes: no chip, or one held by another process.
     """
     if dispatch not in DISPATCH_MODES:
         raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
-    sizes = dict(device_id=device_id, l1_small_size=l1_small_size, trace_region_size=trace_region_size)
+    sizes = dict(
+        mesh_shape=ttnn.MeshShape(1, 1),
+        physical_device_ids=[device_id],
+        l1_small_size=l1_small_size,
+        trace_region_size=trace_region_size,
+        num_command_queues=COMMAND_QUEUES,
+    )
     failures = []
     if dispatch == "auto":
         opens, reason = ethernet_dispatch_probe(ttnn)
@@ -135,12 +147,12 @@ def open_blackhole(
     if dispatch == "ethernet":
         try:
             eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
-            return ttnn.open_device(**sizes, dispatch_core_config=eth), "ethernet"
+            return ttnn.open_mesh_device(**sizes, dispatch_core_config=eth), "ethernet"
         except Exception as error:
             failures.append(f"ethernet dispatch: {error}")
             LOG.warning("Ethernet dispatch did not open (%s); retrying with worker dispatch", error)
     try:
-        return ttnn.open_device(**sizes), "worker"
+        return ttnn.open_mesh_device(**sizes), "worker"
     except Exception as error:
         failures.append(f"worker dispatch: {error}")
     raise EngineError(

@@ -14,8 +14,8 @@ from typing import Any
 
 from . import neck, vit
 from .config import ImagePathConfig, device_settings
-from .device import open_blackhole
-from .trace import TracedImagePath
+from .device import COMMAND_QUEUES, open_blackhole
+from .trace import TracedPath
 from .weights import HostWeight, upload
 
 LOG = logging.getLogger(__name__)
@@ -31,6 +31,9 @@ class ChipImageEncoder:
         dispatch: how it was opened, in words ("worker", "ethernet").
         matmul_dtype, param_dtype: device dtypes of matmul weights and of norms/biases/tables.
         use_trace: replay one captured trace per frame, or run the ops eagerly (debugging).
+        command_queues: how many command queues `device` was opened with (open() opens it with
+            device.COMMAND_QUEUES, 2): with 2, each frame is uploaded on queue 1 while queue 0
+            replays (trace.py).
     """
 
     def __init__(
@@ -42,17 +45,19 @@ class ChipImageEncoder:
         matmul_dtype: Any,
         param_dtype: Any,
         use_trace: bool = True,
+        command_queues: int = 1,
     ) -> None:
         self.ttnn = ttnn
         self.config = config
         self.device = device
         self.dispatch = dispatch
         self.use_trace = use_trace
+        self.command_queues = command_queues
         self._matmul_dtype = matmul_dtype
         self._param_dtype = param_dtype
         self.weights: dict[str, Any] = {}
         self._conv_weights: dict[str, Any] = {}
-        self._trace: TracedImagePath | None = None
+        self._trace: TracedPath | None = None
         self._eager_outputs: list[Any] = []
         self._closed = False
         self.settings = device_settings(ttnn, device)
@@ -71,12 +76,19 @@ class ChipImageEncoder:
         """Open chip `device_id` (open_blackhole) and wrap it; the chip is closed again on failure."""
         device, used = open_blackhole(ttnn, device_id, l1_small_size, trace_region_size, dispatch)
         try:
-            encoder = cls(ttnn, config, device, used, **options)
+            encoder = cls(ttnn, config, device, used, command_queues=COMMAND_QUEUES, **options)
         except BaseException:
             ttnn.close_device(device)
             raise
         x, y = encoder.settings.grid
-        LOG.info("Blackhole chip %d open: %s dispatch, %dx%d compute grid", device_id, used, x, y)
+        LOG.info(
+            "Blackhole chip %d open: %s dispatch, %dx%d compute grid, %d command queues",
+            device_id,
+            used,
+            x,
+            y,
+            encoder.command_queues,
+        )
         return encoder
 
     @property
@@ -109,10 +121,9 @@ class ChipImageEncoder:
 
     def capture(self, host_input: Any) -> None:
         """Compile every program (one eager run) and capture the trace on `host_input`, whose
-        layout the trace's input buffer takes (the engine uploads ROW_MAJOR: tilized in the trace)."""
+        spec (shape, dtype, layout) the trace's input buffers take."""
         if self._trace is None:
-            shape = (1, 1, self.config.tokens, self.config.patch_features)
-            self._trace = TracedImagePath(self.ttnn, self.device, self.forward, shape, host_input.layout)
+            self._trace = TracedPath(self.ttnn, self.device, self.forward, self.command_queues, "image")
         self._trace.capture(host_input)
 
     def run(self, host_input: Any) -> list[Any]:
