@@ -35,6 +35,7 @@ from ._ops import (
     split_query_key_value_and_split_heads,
     to_layout,
     to_memory_config,
+    typecast,
 )
 from ._runtime import (
     _OPEN_DEVICES,
@@ -105,6 +106,7 @@ __version__ = "0.81.1-emulated"
 bfloat16 = DataType.BFLOAT16
 float32 = DataType.FLOAT32
 bfloat8_b = DataType.BFLOAT8_B
+uint8 = DataType.UINT8
 uint32 = DataType.UINT32
 int32 = DataType.INT32
 TILE_LAYOUT = Layout.TILE

@@ -60,6 +60,14 @@ def quantize_bfloat8_b(values: torch.Tensor) -> torch.Tensor:
     return decoded.reshape(shape)
 
 
+#: The integer dtypes and the values they hold.
+INTEGER_RANGES = {
+    DataType.UINT8: (0, 255),
+    DataType.UINT32: (0, 2**32 - 1),
+    DataType.INT32: (-(2**31), 2**31 - 1),
+}
+
+
 def quantize(values: torch.Tensor, dtype: DataType) -> torch.Tensor:
     """Values as the device would store them in `dtype` (floats returned as float32)."""
     if dtype == DataType.FLOAT32:
@@ -68,12 +76,13 @@ def quantize(values: torch.Tensor, dtype: DataType) -> torch.Tensor:
         return values.detach().to(torch.bfloat16).to(torch.float32)
     if dtype == DataType.BFLOAT8_B:
         return quantize_bfloat8_b(values)
-    if dtype in (DataType.UINT32, DataType.INT32):
+    if dtype in INTEGER_RANGES:
         if values.is_floating_point():
             values = torch.round(values)
         out = values.detach().to(torch.int64)
-        if dtype == DataType.UINT32 and bool((out < 0).any()):
-            raise ValueError("uint32 tensor given negative values")
+        low, high = INTEGER_RANGES[dtype]
+        if out.numel() and bool(((out < low) | (out > high)).any()):
+            raise ValueError(f"{dtype.name.lower()} tensor given values outside [{low}, {high}]")
         return out
     raise TypeError(f"unsupported dtype {dtype}")
 
@@ -84,6 +93,7 @@ def to_torch_dtype(dtype: DataType) -> torch.dtype:
         DataType.FLOAT32: torch.float32,
         DataType.BFLOAT16: torch.bfloat16,
         DataType.BFLOAT8_B: torch.float32,
+        DataType.UINT8: torch.uint8,
         DataType.UINT32: torch.int32,
         DataType.INT32: torch.int32,
     }[dtype]

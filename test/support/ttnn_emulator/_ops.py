@@ -10,7 +10,8 @@ off, the exact SFPU approximations (the models are the tanh GELU and 2^f ~ 1 + f
 tests measure those.
 
 Layout rules follow the device: matmul, linear, layer_norm, attention and the head
-split/concat need TILE; bfloat8_b exists only in TILE.
+split/concat need TILE; bfloat8_b exists only in TILE; uint8 (the uploaded pixels) is neither
+tilized nor reshaped by a copy on the device: it is typecast first.
 """
 
 from __future__ import annotations
@@ -393,6 +394,12 @@ def reshape_is_view(old: Sequence[int], new: Sequence[int], layout: Layout) -> b
     return all(r % TILE_SIZE == 0 for r in rows)
 
 
+#: What the device's ROW_MAJOR reshape copy takes (reshape_device_operation.cpp); uint8 is refused.
+_ROW_MAJOR_RESHAPE_DTYPES = (DataType.BFLOAT16, DataType.FLOAT32, DataType.UINT32, DataType.INT32)
+#: What the device's tilize takes (tilize_with_val_padding_device_operation.cpp); uint8 is refused.
+_TILIZE_DTYPES = (DataType.BFLOAT16, DataType.FLOAT32, DataType.UINT32, DataType.INT32)
+
+
 def reshape(
     input_tensor: Tensor, shape: Sequence[int], *, memory_config: MemoryConfig | None = None
 ) -> Tensor:
@@ -403,6 +410,16 @@ def reshape(
     if math.prod(dims) != input_tensor.volume():
         raise EmulatorError(f"reshape: {list(input_tensor.shape)} cannot become {list(dims)}")
     view = reshape_is_view(tuple(input_tensor.shape), dims, input_tensor.layout)
+    if (
+        not view
+        and input_tensor._device is not None
+        and input_tensor.layout == Layout.ROW_MAJOR
+        and input_tensor.dtype not in _ROW_MAJOR_RESHAPE_DTYPES
+    ):
+        raise EmulatorError(
+            f"reshape: a ROW_MAJOR copy of {input_tensor!r} needs one of "
+            f"{', '.join(d.name for d in _ROW_MAJOR_RESHAPE_DTYPES)} (typecast it first)"
+        )
 
     def make() -> Tensor:
         if not view:
@@ -454,12 +471,59 @@ def to_layout(
     target = dtype or tensor.dtype
     if target == DataType.BFLOAT8_B and layout != Layout.TILE:
         raise EmulatorError("to_layout: bfloat8_b cannot be ROW_MAJOR; give dtype=ttnn.bfloat16")
+    tilize = tensor.layout == Layout.ROW_MAJOR and layout == Layout.TILE
+    if tilize and tensor._device is not None and tensor.dtype not in _TILIZE_DTYPES:
+        raise EmulatorError(
+            f"to_layout: the device tilizes {', '.join(d.name for d in _TILIZE_DTYPES)}, "
+            f"not {tensor.dtype.name} (typecast {tensor!r} first)"
+        )
 
     def make() -> Tensor:
         return _new(tensor.read(), tensor, target, layout, memory_config)
 
     params = dict(layout=layout, dtype=dtype, memory_config=memory_config)
     return _host_or_device("to_layout", tensor, params, make)
+
+
+def typecast(
+    input_tensor: Tensor,
+    dtype: DataType,
+    *,
+    memory_config: MemoryConfig | None = None,
+    output_tensor: Tensor | None = None,
+    sub_core_grids: Any = None,
+) -> Tensor:
+    """The same values in another dtype, layout unchanged (ROW_MAJOR included), on the device.
+
+    The device's rules (typecast_device_op.cpp): input and output both interleaved or both
+    sharded; no sub_core_grids for a ROW_MAJOR input; bfloat8_b only in TILE. Emulated: any
+    dtype to a float dtype (exact for uint8 to bfloat16: every value 0..255 fits its 8 bits);
+    to an integer dtype is not (the device's rounding is not modelled).
+    """
+    name = "typecast"
+    if not is_device_tensor(input_tensor):
+        raise EmulatorError(
+            f"{name}: the emulator casts device tensors only (use to_torch/from_torch on the host)"
+        )
+    if output_tensor is not None:
+        raise EmulatorError(f"{name}: a preallocated output_tensor is not emulated")
+    if sub_core_grids is not None and input_tensor.layout == Layout.ROW_MAJOR:
+        raise EmulatorError(f"{name}: sub_core_grids are not supported for a ROW_MAJOR input")
+    if dtype == DataType.BFLOAT8_B and input_tensor.layout != Layout.TILE:
+        raise EmulatorError(f"{name}: bfloat8_b needs TILE layout, {input_tensor!r} is ROW_MAJOR")
+    if dtype in _numerics.INTEGER_RANGES:
+        raise EmulatorError(f"{name}: a cast to {dtype.name} is not emulated")
+    source = input_tensor.memory_config()
+    target = memory_config or source
+    if source is not None and target is not None and source.is_sharded() != target.is_sharded():
+        raise EmulatorError(f"{name}: input and output must both be interleaved or both sharded")
+
+    def compute() -> list[Tensor]:
+        values = input_tensor.read().to(torch.float32)
+        return [_new(values, input_tensor, dtype, memory_config=target)]
+
+    params = dict(dtype=dtype, memory_config=memory_config, sub_core_grids=sub_core_grids is not None)
+    return _launch(name, [input_tensor], params, compute)[0]
 
 
 def to_memory_config(tensor: Tensor, memory_config: MemoryConfig, dtype: DataType | None = None) -> Tensor:

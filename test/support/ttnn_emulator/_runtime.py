@@ -85,6 +85,7 @@ _ELEMENT_BYTES = {
     DataType.FLOAT32: 4,
     DataType.BFLOAT16: 2,
     DataType.BFLOAT8_B: 1.0625,
+    DataType.UINT8: 1,
     DataType.UINT32: 4,
     DataType.INT32: 4,
 }
@@ -807,6 +808,7 @@ def from_torch(
             torch.float32: DataType.FLOAT32,
             torch.bfloat16: DataType.BFLOAT16,
             torch.int32: DataType.INT32,
+            torch.uint8: DataType.UINT8,
         }.get(values.dtype, DataType.FLOAT32)
     layout = layout or Layout.ROW_MAJOR
     if device is not None:
@@ -926,7 +928,7 @@ def allocate_tensor_on_device(
         raise EmulatorError("allocate_tensor_on_device inside a trace capture")
     fill = (
         torch.full(tuple(shape), float("nan"))
-        if dtype not in (DataType.UINT32, DataType.INT32)
+        if dtype not in _numerics.INTEGER_RANGES
         else torch.zeros(tuple(shape), dtype=torch.int64)
     )
     result = Tensor(fill, dtype, layout, mesh_device, memory_config, quantized=True)

@@ -337,6 +337,29 @@ def test_a_reshape_is_a_view_of_its_input(ttnn, device):
         ttnn.add(source, 1.0)  # freeing the view freed the source's buffer
 
 
+def test_uint8_pixels_are_typecast_before_the_device_tilizes_or_copies_them(ttnn, device):
+    """The real 0.81.1 library on a mock p150a refuses to tilize or reshape-copy uint8 (only
+    bfloat16, float32, uint32, int32 there); its ROW_MAJOR typecast takes uint8 and keeps the
+    layout. The emulator refuses the same calls and casts 0..255 to bfloat16 exactly."""
+    pixels = torch.arange(256, dtype=torch.uint8).repeat(2, 3).reshape(1, 6, 256)
+    raw = ttnn.from_torch(pixels, dtype=ttnn.uint8, layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
+    with pytest.raises(ttnn.EmulatorError, match="tilizes"):
+        ttnn.to_layout(raw, ttnn.TILE_LAYOUT)
+    with pytest.raises(ttnn.EmulatorError, match="ROW_MAJOR copy"):
+        ttnn.reshape(raw, (1, 3, 512))
+    view = ttnn.reshape(raw, (1, 1, 6, 256))  # last dim kept: a view, no device copy
+    cast = ttnn.typecast(view, ttnn.bfloat16)
+    assert (cast.dtype, cast.layout) == (ttnn.bfloat16, ttnn.ROW_MAJOR_LAYOUT)
+    assert torch.equal(ttnn.to_torch(cast).float(), pixels.reshape(1, 1, 6, 256).float())
+    assert ttnn.to_torch(raw).dtype == torch.uint8
+    with pytest.raises(ttnn.EmulatorError, match="bfloat8_b needs TILE"):
+        ttnn.typecast(raw, ttnn.bfloat8_b)
+    with pytest.raises(ttnn.EmulatorError, match="not emulated"):
+        ttnn.typecast(cast, ttnn.uint8)
+    with pytest.raises(ValueError, match=r"outside \[0, 255\]"):
+        ttnn.from_torch(torch.tensor([256]), dtype=ttnn.uint8)
+
+
 # metal traces ------------------------------------------------------------------------------------
 def _path(ttnn, x, w):
     return ttnn.add(ttnn.matmul(x, w), 1.0)
