@@ -92,6 +92,7 @@ class TracedPath:
         self.two_queues = command_queues == 2
         self.name = name
         self.specs: tuple[BufferSpec, ...] = ()
+        self.allocated = False
         self.inputs: list[Any] = []
         self.staging: list[Any] = []
         self.outputs: list[Any] = []
@@ -130,7 +131,7 @@ class TracedPath:
         """Upload the next call's inputs: on queue 1 into the staging buffers (after the previous
         frame was copied out of them), else on queue 0 into the trace's inputs."""
         ttnn = self.ttnn
-        if len(host_inputs) != len(self.specs) or not self.inputs:
+        if len(host_inputs) != len(self.specs) or not self.allocated:
             raise RuntimeError(f"the {self.name} trace takes {len(self.specs)} input(s) once captured")
         for index, (host, spec) in enumerate(zip(host_inputs, self.specs, strict=True)):
             if BufferSpec.of(host) != spec:
@@ -138,6 +139,8 @@ class TracedPath:
                     f"{self.name} trace: input {index} is {BufferSpec.of(host)}; the trace was "
                     f"captured for {spec}"
                 )
+        if not host_inputs:
+            return
         if not self.two_queues:
             for host, buffer in zip(host_inputs, self.inputs, strict=True):
                 ttnn.copy_host_to_device_tensor(host, buffer, cq_id=REPLAY_QUEUE)
@@ -173,14 +176,16 @@ class TracedPath:
         for tensor in [*self.outputs, *self.inputs, *self.staging]:
             ttnn.deallocate(tensor)
         self.outputs, self.inputs, self.staging = [], [], []
+        self.allocated = False
         self._write_event = self._op_event = None
 
     # internals ----------------------------------------------------------------------------------
     def _allocate(self, host_inputs: Sequence[Any]) -> None:
         specs = tuple(BufferSpec.of(host) for host in host_inputs)
-        if self.inputs and specs != self.specs:
+        if self.allocated and specs != self.specs:
             raise RuntimeError(f"the {self.name} trace's inputs changed spec: {self.specs} -> {specs}")
-        if not self.inputs:
+        if not self.allocated:
+            self.allocated = True
             self.specs = specs
             self.inputs = [spec.allocate(self.ttnn, self.device) for spec in specs]
             if self.two_queues:
