@@ -130,3 +130,46 @@ def test_an_input_of_another_spec_is_refused_after_capture(ttnn):
         path.run(wrong)
     path.release()
     ttnn.close_device(device)
+
+
+def test_a_uint8_row_major_input_goes_through_the_staging_copy(ttnn):
+    """The image input may be raw uint8 pixels (cast on the device): the staging buffer and the
+    copy into the trace's input take the host tensor's dtype and layout as they are."""
+    device = _open(ttnn, 2)
+
+    def forward(x):
+        wide = ttnn.typecast(x, ttnn.bfloat16)
+        tiles = ttnn.to_layout(wide, ttnn.TILE_LAYOUT)
+        ttnn.deallocate(wide)
+        return [tiles]
+
+    path = TracedPath(ttnn, device, forward, command_queues=2)
+    frames = [
+        torch.randint(0, 256, (1, 1, 64, 64), generator=torch.Generator().manual_seed(s)) for s in range(3)
+    ]
+    hosts = [ttnn.from_torch(f, dtype=ttnn.uint8, layout=ttnn.ROW_MAJOR_LAYOUT) for f in frames]
+    path.capture(hosts[0])
+    assert path.staging[0].dtype == path.inputs[0].dtype == ttnn.uint8
+    for host, values in zip(hosts[1:], frames[1:], strict=True):
+        assert torch.equal(ttnn.to_torch(path.run(host)[0]).float(), values.float())
+    path.release()
+    ttnn.close_device(device)
+
+
+def test_the_emulated_copy_keeps_the_devices_rules(ttnn):
+    device = _open(ttnn, 2)
+    source = ttnn.from_torch(torch.ones(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+    other = ttnn.from_torch(torch.ones(32, 64), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+    target = ttnn.allocate_tensor_on_device(ttnn.Shape([32, 32]), ttnn.bfloat16, ttnn.TILE_LAYOUT, device)
+    with pytest.raises(ttnn.EmulatorError, match="differ in shape"):
+        ttnn.copy(other, target)
+    host = ttnn.from_torch(torch.ones(32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    with pytest.raises(ttnn.EmulatorError, match="not a device tensor"):
+        ttnn.copy(host, target)
+    ttnn.copy(source, target)
+    assert torch.equal(ttnn.to_torch(target).float(), torch.ones(32, 32))
+    # Queue 1's write of the source is not seen by queue 0's copy without an event.
+    ttnn.copy_host_to_device_tensor(host, source, cq_id=1)
+    with pytest.raises(ttnn.EmulatorError, match="race on"):
+        ttnn.copy(source, target)
+    ttnn.close_device(device)

@@ -143,6 +143,22 @@ class ChipImageEncoder:
         self.ttnn.deallocate(patches)
         return outputs
 
+    def stage(self, host_input: Any) -> None:
+        """Upload the next frame without replaying (traced path only): with two queues it goes up
+        on queue 1 while queue 0 may still replay the current frame, so a caller that stages
+        frame N+1 before reading frame N's maps overlaps the upload with the replay."""
+        if self._closed or not self.captured:
+            raise RuntimeError("stage() needs an open chip image encoder with a captured trace")
+        assert self._trace is not None
+        self._trace.stage(host_input)
+
+    def replay(self) -> list[Any]:
+        """Replay the trace on the last staged frame; the FPN maps, valid until the next replay."""
+        if self._closed or not self.captured:
+            raise RuntimeError("replay() needs an open chip image encoder with a captured trace")
+        assert self._trace is not None
+        return self._trace.replay()
+
     def close(self) -> None:
         """Release the trace, every device buffer, then the chip; idempotent, and closes the chip even
         when a release step fails."""
