@@ -3,8 +3,9 @@
 The modules (ttnn_model/geometry_encoder.py, fusion_encoder.py, decoder.py, scoring.py,
 segmentation_head.py) are not wired into the engine yet, so this runner calls each one as the engine
 will: the geometry encoder's class token (once per image: batch 1 whatever --batch says), one
-fusion-encoder layer, one decoder layer, the scoring and the segmentation head's pieces, on zero-valued device
-tensors of the real shapes (nothing computes on the mock; numerics are the emulator's job).
+fusion-encoder layer, one decoder layer, the scoring and the segmentation head's pieces (its pixel
+decoder from 72 x 72 to 288 x 288 included), on zero-valued device tensors of the real shapes
+(nothing computes on the mock; numerics are the emulator's job).
 The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
 picks its program factories and sizes their circular buffers against the real allocator.
 
@@ -44,6 +45,7 @@ def write_manifest(size: str, path: Path) -> Path:
     from transformers.models.sam3 import modeling_sam3 as sam3
 
     from tt_sam3_ros.engines.ttnn_model import prompt_weights
+    from tt_sam3_ros.engines.ttnn_model.segmentation_head import PixelDecoderConfig
     from tt_sam3_ros.tiny_model import tiny_sam3_config
 
     config = Sam3Config() if size == "full" else tiny_sam3_config()
@@ -74,6 +76,9 @@ def write_manifest(size: str, path: Path) -> Path:
             "intermediate": geometry.layers[0].mlp.fc1.out_features,
             "eps": geometry.output_layer_norm.eps,
         },
+        "pixel_decoder": vars(
+            PixelDecoderConfig.from_module(head.pixel_decoder, 72, prompt_weights.PIXEL_DECODER_STAGES)
+        ),
         "weights": {
             group: {name: [list(w.values.shape), w.kind] for name, w in host.items()}
             for group, host in groups.items()
@@ -130,11 +135,17 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
             host = ttnn.Tensor(np.zeros(shape, np.float32), dtype, None, ttnn.TILE_LAYOUT)
             return host.to(device, ttnn.DRAM_MEMORY_CONFIG)
 
+        def weight(shape: list[int], kind: str) -> Any:
+            """A zero weight placed as weights.upload places its kind."""
+            if kind == "conv":  # a host tensor: ttnn.conv2d prepares it
+                return ttnn.Tensor(np.zeros(shape, np.float32), ttnn.float32, None, ttnn.ROW_MAJOR_LAYOUT)
+            if kind == "row_major":
+                host = ttnn.Tensor(np.zeros(shape, np.float32), ttnn.bfloat16, None, ttnn.ROW_MAJOR_LAYOUT)
+                return host.to(device, ttnn.DRAM_MEMORY_CONFIG)
+            return zeros(tuple(shape), ttnn.bfloat8_b if kind == "matmul" else ttnn.bfloat16)
+
         def weights(group: str) -> dict[str, Any]:
-            return {
-                name: zeros(tuple(shape), ttnn.bfloat8_b if kind == "matmul" else ttnn.bfloat16)
-                for name, (shape, kind) in manifest["weights"][group].items()
-            }
+            return {name: weight(shape, kind) for name, (shape, kind) in manifest["weights"][group].items()}
 
         c, heads, eps = manifest["hidden"], manifest["heads"], manifest["eps"]
         shape = m.attention.AttentionShape.of(c, heads)
@@ -157,6 +168,26 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
         )
         g = manifest["geometry"]
         geometry = m.geometry_encoder.GeometryConfig(c, g["intermediate"], shape, g["layers"], g["eps"])
+        pixel = m.segmentation_head.PixelDecoderConfig(**manifest["pixel_decoder"])
+        # The mask's core count is the library's own (compute_num_virtual_cols), not a copy of it.
+        real_columns = ttnn._ttnn.operations.normalization._compute_num_virtual_cols(
+            grid.x, pixel.groups, pixel.channels
+        )
+        ours = m.segmentation_head.group_norm_core_columns(grid.x, pixel.groups, pixel.channels)
+        report["group_norm_columns"] = {"ours": ours, "library": int(real_columns)}
+        grids = {}
+        for side in (pixel.side * 2**i for i in range(1, pixel.stages + 1)):
+            library = ttnn._ttnn.operations.normalization._find_expected_dram_grid(
+                grid.x, grid.y, pixel.channels, pixel.groups, batch * side * side, batch
+            )
+            chosen = m.segmentation_head.group_norm_program(
+                (grid.x, grid.y), pixel.channels, pixel.groups, side * side, batch
+            )
+            grids[side] = {"ours": list(chosen[0]), "library": [library.x, library.y], "blocks": chosen[1]}
+        report["group_norm_grids"] = grids
+        report["pixel_channels"] = pixel.channels
+        head_w.update(m.segmentation_head.pixel_decoder_constants(ttnn, device, pixel))
+        fine = [pixel.side * 2**i for i in range(pixel.stages, 0, -1)]  # 288, 144
         steps = {
             "geometry_class_token": lambda: m.geometry_encoder.class_token(
                 ttnn, zeros((1, 1, s, c)), geometry_w, geometry, settings
@@ -191,6 +222,17 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
             ),
             "head_prompt_attention": lambda: m.segmentation_head.prompt_cross_attention(
                 ttnn, zeros((b, s, c)), zeros((b, t, c)), zeros((b, 1, s, t)), head_w, shape, eps, settings
+            ),
+            "pixel_decoder": lambda: m.segmentation_head.pixel_decoder(
+                ttnn,
+                device,
+                zeros((b, s, c)),
+                [zeros((1, 1, side * side, c)) for side in fine],
+                head_w,
+                pixel,
+                settings,
+                {},
+                ttnn.bfloat8_b,
             ),
             "mask_logits": lambda: m.segmentation_head.mask_logits(
                 ttnn,

@@ -876,3 +876,181 @@ def max_pool2d(
         output_layout=output_layout,
     )
     return _launch("max_pool2d", [input_tensor], params, compute)[0]
+
+
+# pixel decoder: upsample, group norm, relu --------------------------------------------------
+def upsample(
+    input_tensor: Tensor,
+    scale_factor: int | float | Sequence[int] | Sequence[float],
+    *,
+    mode: str = "nearest",
+    memory_config: MemoryConfig | None = None,
+    compute_kernel_config: Any = None,
+) -> Tensor:
+    """Nearest upsampling of an NHWC (N, H, W, C) tensor by integer factors; ROW_MAJOR output
+    (bfloat16 for a bfloat8_b input). The device's rules: rank 4, a TILE input only when no tile
+    is padded (W and C whole tiles), interleaved (sharded and bilinear paths are not emulated)."""
+    name = "upsample"
+    scales = (scale_factor, scale_factor) if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+    if len(scales) != 2 or any(s <= 0 for s in scales):
+        raise EmulatorError(f"{name}: scale_factor {scale_factor!r} is not one or two positive factors")
+    if mode != "nearest":
+        raise EmulatorError(f"{name}: only mode='nearest' is emulated, got {mode!r}")
+    if any(float(s) != int(s) for s in scales):
+        raise EmulatorError(f"{name}: fractional scale factors (the float path) are not emulated")
+    if input_tensor.shape.rank != 4:
+        raise EmulatorError(f"{name}: input {list(input_tensor.shape)} is not NHWC (rank 4)")
+    if input_tensor.layout == Layout.TILE and input_tensor.padded_shape != input_tensor.shape:
+        raise EmulatorError(f"{name}: a TILE input must have no padded tile: {list(input_tensor.shape)}")
+    for config in (input_tensor.memory_config(), memory_config):
+        if config is not None and config.is_sharded():
+            raise EmulatorError(f"{name}: sharded upsampling is not emulated")
+    sh, sw = (int(s) for s in scales)
+    out_dtype = DataType.BFLOAT16 if input_tensor.dtype == DataType.BFLOAT8_B else input_tensor.dtype
+
+    def compute() -> list[Tensor]:
+        x = input_tensor.read().repeat_interleave(sh, dim=1).repeat_interleave(sw, dim=2)
+        return [_new(x, input_tensor, out_dtype, Layout.ROW_MAJOR, memory_config)]
+
+    params = dict(scales=(sh, sw), mode=mode, memory_config=memory_config, kernel=compute_kernel_config)
+    return _launch(name, [input_tensor], params, compute)[0]
+
+
+def _max_tile_span(width: int, group: int) -> int:
+    """Tiles the widest group of `group` channels straddles in a row of `width` channels."""
+    return max((start + group - 1) // TILE_SIZE - start // TILE_SIZE + 1 for start in range(0, width, group))
+
+
+def create_group_norm_input_mask(
+    num_channel: int, num_groups: int, num_cores_across_channel: int, data_type: DataType = DataType.BFLOAT16
+) -> Tensor:
+    """Host (1, G, 32, span*32) TILE 0/1 mask: row block g marks group g's channels inside the
+    tiles of the core that holds it (tt-metal's groupnorm_input_mask rule)."""
+    per_group = num_channel // num_groups
+    width = _max_tile_span(num_channel, per_group) * TILE_SIZE
+    starts: list[int] = []
+    for _ in range(num_cores_across_channel):
+        offset = 0
+        starts.append(0)
+        for _ in range(num_groups // num_cores_across_channel - 1):
+            offset = (offset + per_group % TILE_SIZE) % TILE_SIZE
+            starts.append(offset)
+    mask = torch.zeros(1, num_groups, TILE_SIZE, width)
+    for group, start in enumerate(starts[:num_groups]):
+        mask[0, group, :, start : min(start + per_group, width)] = 1.0
+    return Tensor(mask, data_type, Layout.TILE)
+
+
+def group_norm_virtual_columns(grid_x: int, groups: int, channels: int) -> int:
+    """Cores across the channels of an interleaved group norm (tt-metal compute_num_virtual_cols)."""
+    columns = min(grid_x, groups)
+    while columns > 0 and ((channels // columns) % TILE_SIZE or groups % columns):
+        columns -= 1
+    return columns
+
+
+def group_norm(
+    input_tensor: Tensor,
+    *,
+    num_groups: int,
+    epsilon: float = 1e-12,
+    input_mask: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    memory_config: MemoryConfig | None = None,
+    dtype: DataType | None = None,
+    core_grid: CoreGrid | None = None,
+    inplace: bool | None = True,
+    output_layout: Layout | None = None,
+    num_out_blocks: int | None = None,
+    compute_kernel_config: Any = None,
+) -> Tensor:
+    """GroupNorm over (N, 1, H*W, C) per sample, for an interleaved (DRAM or L1) TILE input; the
+    sharded variants are not emulated. The device's rules: bfloat16 (or float32) input, output
+    dtype and layout unchanged, inplace off (its default is on), C divisible by the groups;
+    weight and bias ROW_MAJOR bfloat16 rows of 32 (ttnn.create_group_norm_weight_bias_rm); the
+    input mask TILE (1, G, 32, k*32) for the core count the op splits the channels over. Without
+    a mask the op builds one and writes it to the device: a host write, refused in a capture. An
+    explicit core_grid must give virtual rows that divide the tile rows (and fit the batch);
+    num_out_blocks needs one. Not modelled: the circular buffers' size (the mock p150a checks it)."""
+    name = "group_norm"
+    _require_tile(name, input_tensor, input_mask)
+    shape = input_tensor.shape
+    if shape.rank != 4 or shape[1] != 1:
+        raise EmulatorError(f"{name}: input {list(shape)} is not (N, 1, H*W, C)")
+    channels = shape[3]
+    if channels % num_groups:
+        raise EmulatorError(f"{name}: {channels} channels do not split into {num_groups} groups")
+    if input_tensor.dtype not in (DataType.BFLOAT16, DataType.FLOAT32):
+        raise EmulatorError(f"{name}: input must be bfloat16 or float32, got {input_tensor.dtype.name}")
+    if dtype not in (None, input_tensor.dtype) or output_layout not in (None, Layout.TILE):
+        raise EmulatorError(f"{name}: output dtype and layout must be the input's")
+    if inplace is not False:
+        raise EmulatorError(f"{name}: inplace (the default) is not supported for TILE: pass inplace=False")
+    if input_tensor.memory_config() is not None and input_tensor.memory_config().is_sharded():
+        raise EmulatorError(f"{name}: sharded group norm is not emulated")
+    device = input_tensor._device
+    grid_x = core_grid.x if core_grid is not None else device.grid_xy()[0]
+    _check_core_grid(device, core_grid, name)
+    columns = group_norm_virtual_columns(grid_x, num_groups, channels)
+    if columns == 0:
+        raise EmulatorError(f"{name}: no core split of {channels} channels into {num_groups} groups")
+    if core_grid is None and num_out_blocks is not None:
+        raise EmulatorError(f"{name}: num_out_blocks needs an explicit core_grid")
+    if core_grid is not None:
+        tile_rows, rows = shape[0] * shape[2] // TILE_SIZE, (core_grid.x // columns) * core_grid.y
+        if not rows or tile_rows % rows or not (rows < shape[0] or rows % shape[0] == 0):
+            raise EmulatorError(
+                f"{name}: core_grid {core_grid.x}x{core_grid.y} gives {rows} virtual rows, which must divide "
+                f"the {tile_rows} tile rows and be fewer than the {shape[0]} samples or a multiple of them"
+            )
+        block = tile_rows // shape[0] if shape[0] >= rows else tile_rows // rows
+        if num_out_blocks is not None and not (num_out_blocks == -1 or 1 <= num_out_blocks <= block):
+            raise EmulatorError(f"{name}: num_out_blocks {num_out_blocks} is not -1 or in [1, {block}]")
+    chunk = channels // columns
+    for label, param in (("weight", weight), ("bias", bias)):
+        if param is None:
+            continue
+        rows = param.layout == Layout.ROW_MAJOR and param.shape[-1] == TILE_SIZE
+        if not rows or param.dtype != DataType.BFLOAT16:
+            raise EmulatorError(f"{name}: {label} must be ROW_MAJOR bfloat16 rows of 32, got {param!r}")
+        if param.volume() != columns * chunk:
+            raise EmulatorError(f"{name}: {label} {list(param.shape)} does not hold {channels} values")
+    if input_mask is None:
+        device.forbid_host_io("group_norm without input_mask (the op uploads its own)")
+    else:
+        want = create_group_norm_input_mask(channels, num_groups, columns)
+        if input_mask.shape != want.shape or not torch.equal(input_mask.read(), want.read()):
+            raise EmulatorError(
+                f"{name}: input_mask {list(input_mask.shape)} is not the mask for {columns} core(s) "
+                f"across {channels} channels in {num_groups} groups"
+            )
+    tensors = [t for t in (input_tensor, input_mask, weight, bias) if t is not None]
+
+    def compute() -> list[Tensor]:
+        x = input_tensor.read()
+        samples = x.reshape(shape[0], shape[2], channels).transpose(1, 2)
+        w = weight.read().reshape(-1) if weight is not None else None
+        b = bias.read().reshape(-1) if bias is not None else None
+        y = F.group_norm(samples, num_groups, w, b, epsilon).transpose(1, 2).reshape(shape)
+        return [_new(y, input_tensor, memory_config=memory_config or input_tensor.memory_config())]
+
+    params = dict(
+        num_groups=num_groups,
+        epsilon=epsilon,
+        memory_config=memory_config,
+        core_grid=core_grid,
+        num_out_blocks=num_out_blocks,
+        compute_kernel_config=compute_kernel_config,
+        mask=input_mask is not None,
+        weight=weight is not None,
+        bias=bias is not None,
+    )
+    return _launch(name, tensors, params, compute)[0]
+
+
+def relu(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None) -> Tensor:
+    def compute() -> list[Tensor]:
+        return [_new(F.relu(input_tensor.read()), input_tensor, memory_config=memory_config)]
+
+    return _launch("relu", [input_tensor], dict(memory_config=memory_config), compute)[0]

@@ -30,6 +30,7 @@ MODULES = {
     "presence_logits",
     "detection_scores",
     "head_prompt_attention",
+    "pixel_decoder",
     "mask_logits",
 }
 
@@ -78,6 +79,11 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     # the class token is once per image; every other module runs the batch of prompts
     assert report["modules"]["geometry_class_token"]["shape"] == [1, 32, 256 if size == "full" else 32]
     assert all(v["shape"][0] == batch for k, v in report["modules"].items() if k != "geometry_class_token")
+    assert report["modules"]["pixel_decoder"]["shape"] == [batch, 288 * 288, report["pixel_channels"]]
+    columns = report["group_norm_columns"]
+    assert columns["ours"] == columns["library"], columns
+    grids = report["group_norm_grids"]
+    assert all(g["ours"] == g["library"] for g in grids.values()), grids
     print(
         f"{size}, {batch} prompt(s), on {grid} {report['grid']}: "
         + ", ".join(f"{k} {v['shape']}" for k, v in report["modules"].items())

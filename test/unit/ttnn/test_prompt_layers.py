@@ -492,8 +492,8 @@ def test_segmentation_head_prompt_attention_matches_transformers(ttnn, full_head
 
 
 def test_segmentation_head_mask_logits_match_transformers(ttnn, full_head_case):
-    """Mask logits at 288 x 288 from transformers' own pixel embedding (the pixel decoder is not on
-    the chip yet), against its pred_masks; the negative control reads the pixels transposed."""
+    """Mask logits at 288 x 288 from transformers' own pixel embedding, against its pred_masks;
+    the negative control reads the pixels transposed."""
     head, inputs, captured, want = full_head_case
     chip = Chip(ttnn)
     got = run_mask_logits(chip, head, inputs, captured["pixels"])
@@ -504,6 +504,85 @@ def test_segmentation_head_mask_logits_match_transformers(ttnn, full_head_case):
     )
     assert pcc(got, want) >= PCC_GATE
     assert pcc(transposed, want) < PCC_GATE
+
+
+# pixel decoder ------------------------------------------------------------------------------
+def _flat_pixels(feature_map: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H*W, C), pixels row-major: the device's flattened NHWC rows."""
+    return feature_map.flatten(2).transpose(1, 2).contiguous()
+
+
+def run_pixel_decoder(chip: Chip, host: dict, head, inputs: dict, attended: torch.Tensor) -> torch.Tensor:
+    """The device pixel decoder from transformers' prompt-attended tokens and FPN maps:
+    (B, H*W, C) at the finest map's size."""
+    from tt_sam3_ros.engines.ttnn_model import segmentation_head as sh
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import PIXEL_DECODER_STAGES
+
+    side = int(attended.shape[1] ** 0.5)
+    config = sh.PixelDecoderConfig.from_module(head.pixel_decoder, side, PIXEL_DECODER_STAGES)
+    w = {**chip.weights(host), **sh.pixel_decoder_constants(chip.ttnn, chip.device, config)}
+    fpn = [chip.tensor(_flat_pixels(level)[None]) for level in inputs["fpn"][:PIXEL_DECODER_STAGES]]
+    out = sh.pixel_decoder(
+        chip.ttnn, chip.device, chip.tensor(attended), fpn, w, config, chip.settings, {}, chip.ttnn.bfloat8_b
+    )
+    return chip.read(out)
+
+
+def test_pixel_decoder_matches_transformers(ttnn, full_head_case):
+    """Sam3PixelDecoder at full size (72 -> 144 -> 288, 256 channels) from the tokens and FPN maps
+    transformers gave it; negative controls: the 3x3 kernels flipped (a convolution where torch
+    correlates) and the two stages' GroupNorms exchanged must fail the gate."""
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_segmentation_head
+
+    head, inputs, captured, _ = full_head_case
+    want = _flat_pixels(captured["pixels"])
+    chip, host = Chip(ttnn), prepare_segmentation_head(head)
+    got = run_pixel_decoder(chip, host, head, inputs, captured["attended"])
+    assert got.shape == want.shape == (1, 288 * 288, 256)
+    flipped = dict(host)
+    for stage in range(2):
+        name = f"pixel.{stage}.conv.weight"
+        flipped[name] = type(host[name])(host[name].values.flip(-1, -2).contiguous(), "conv")
+    swapped = dict(host)
+    for part in ("weight", "bias"):
+        swapped[f"pixel.0.norm.{part}"], swapped[f"pixel.1.norm.{part}"] = (
+            host[f"pixel.1.norm.{part}"],
+            host[f"pixel.0.norm.{part}"],
+        )
+    controls = {
+        name: pcc(run_pixel_decoder(chip, bad, head, inputs, captured["attended"]), want)
+        for name, bad in (("kernels flipped", flipped), ("norms exchanged", swapped))
+    }
+    print(
+        f"full-size pixel decoder: PCC {pcc(got, want):.5f}; "
+        + ", ".join(f"{name}: PCC {value:.5f}" for name, value in controls.items())
+    )
+    assert pcc(got, want) >= PCC_GATE
+    assert all(value < PCC_GATE for value in controls.values()), controls
+
+
+def test_segmentation_head_end_to_end_tiny_matches_transformers(ttnn):
+    """The whole head on the tiny model at the real 72 -> 288 sizes: prompt cross-attention, pixel
+    decoder, instance projection and mask logits, against transformers' pred_masks."""
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import padded_length
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_segmentation_head
+    from tt_sam3_ros.engines.ttnn_model.segmentation_head import mask_embeddings, mask_logits
+    from tt_sam3_ros.tiny_model import tiny_sam3_config
+
+    head, inputs, _, want = head_case(tiny_sam3_config(), side=72)
+    chip = Chip(ttnn)
+    attended = run_head_attention(chip, head, inputs)
+    pixels = run_pixel_decoder(chip, prepare_segmentation_head(head), head, inputs, attended)
+    queries, rows = inputs["queries"], inputs["queries"].shape[1]
+    w = chip.weights(prepare_segmentation_head(head))
+    padded = chip.tensor(torch.nn.functional.pad(queries, (0, 0, 0, padded_length(rows) - rows)))
+    logits = mask_logits(
+        chip.ttnn, mask_embeddings(chip.ttnn, padded, w, chip.settings), chip.tensor(pixels), w, chip.settings
+    )
+    got = chip.read(logits)[:, :rows].reshape(want.shape)
+    print(f"tiny segmentation head end to end ({rows} queries, 288 x 288 logits): PCC {pcc(got, want):.5f}")
+    assert got.shape == (1, 20, 288, 288)
+    assert pcc(got, want) >= PCC_GATE
 
 
 # fusion encoder stack -----------------------------------------------------------------------

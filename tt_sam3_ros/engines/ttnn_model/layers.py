@@ -1,8 +1,8 @@
-"""The two device calls every ported block makes: a linear layer and a LayerNorm, by weight name.
+"""The device calls every ported block makes: a linear layer, a LayerNorm and a 3x3 convolution.
 
 One home for them, so the image path (ViT, neck) and the prompt path (fusion encoder, decoder,
-scoring, segmentation head) put their matmuls and norms on the chip with the same output dtype,
-memory placement and kernel fidelity.
+scoring, segmentation head) put their matmuls, norms and convolutions on the chip with the same
+output dtype, memory placement and kernel fidelity.
 """
 
 from __future__ import annotations
@@ -37,3 +37,47 @@ def layer_norm(ttnn: Any, x: Any, w: dict[str, Any], name: str, eps: float, sett
         memory_config=settings.memory,
         compute_kernel_config=settings.exact_kernel,
     )
+
+
+def conv3x3(
+    ttnn: Any,
+    device: Any,
+    x: Any,
+    host_weights: tuple[Any, Any],
+    key: str,
+    conv_weights: dict[str, Any],
+    channels: int,
+    batch: int,
+    side: int,
+    settings: DeviceSettings,
+    conv_dtype: Any,
+) -> Any:
+    """Conv2d(channels, channels, 3, padding=1) over x, flattened NHWC (1, 1, batch*side^2, C);
+    returns (1, 1, batch*side^2, C) TILE and leaves x allocated.
+
+    `conv_weights[key]` keeps the device-prepared weights: the first (eager) call prepares them
+    from `host_weights` (torch's (C, C, 3, 3) weight and (1, 1, 1, C) bias as host tensors),
+    which writes to the device and so must happen before trace capture.
+    """
+    weight, bias = conv_weights.get(key, host_weights)
+    out, prepared = ttnn.conv2d(
+        input_tensor=x,
+        weight_tensor=weight,
+        bias_tensor=bias,
+        device=device,
+        in_channels=channels,
+        out_channels=channels,
+        batch_size=batch,
+        input_height=side,
+        input_width=side,
+        kernel_size=(3, 3),
+        stride=(1, 1),
+        padding=(1, 1),
+        dtype=ttnn.bfloat16,
+        conv_config=ttnn.Conv2dConfig(weights_dtype=conv_dtype, output_layout=ttnn.TILE_LAYOUT),
+        compute_config=settings.matmul_kernel,
+        memory_config=settings.memory,
+        return_weights_and_bias=True,
+    )
+    conv_weights[key] = prepared
+    return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import DeviceSettings, ImagePathConfig
+from .layers import conv3x3
 
 
 def to_row_order(ttnn: Any, x: Any, config: ImagePathConfig, settings: DeviceSettings) -> Any:
@@ -114,28 +115,20 @@ def fpn_layer(
     )
     if x is not image_tiles:
         ttnn.deallocate(x)
-    key = f"fpn.{level}"
-    weight, bias = conv_weights.get(key, (w["proj2.weight"], w["proj2.bias"]))
-    out, prepared = ttnn.conv2d(
-        input_tensor=projected,
-        weight_tensor=weight,
-        bias_tensor=bias,
-        device=device,
-        in_channels=config.fpn_dim,
-        out_channels=config.fpn_dim,
-        batch_size=1,
-        input_height=side,
-        input_width=side,
-        kernel_size=(3, 3),
-        stride=(1, 1),
-        padding=(1, 1),
-        dtype=ttnn.bfloat16,
-        conv_config=ttnn.Conv2dConfig(weights_dtype=conv_dtype, output_layout=ttnn.TILE_LAYOUT),
-        compute_config=settings.matmul_kernel,
-        memory_config=settings.memory,
-        return_weights_and_bias=True,
+    host = (w["proj2.weight"], w["proj2.bias"])
+    out = conv3x3(
+        ttnn,
+        device,
+        projected,
+        host,
+        f"fpn.{level}",
+        conv_weights,
+        config.fpn_dim,
+        1,
+        side,
+        settings,
+        conv_dtype,
     )
-    conv_weights[key] = prepared
     ttnn.deallocate(projected)
     return out, side
 

@@ -1,6 +1,7 @@
 """Weights of the prompt path (geometry encoder, fusion encoder, decoder, heads), prepared on
-the host in pure torch, in the style of weights.py and uploaded with its ``upload`` (matmul weights bfloat8_b,
-norms and biases bfloat16, all TILE in DRAM).
+the host in pure torch, in the style of weights.py and uploaded with its ``upload`` (matmul
+weights bfloat8_b, norms and biases bfloat16, TILE in DRAM; the pixel decoder's 3x3 convs stay
+host tensors for ttnn.conv2d and its GroupNorm rows go ROW_MAJOR).
 
 Layouts:
 - q, k, v projections (C, H*Dp): transposed for x @ W, each head's columns zero-padded from D
@@ -128,12 +129,44 @@ def prepare_scoring(scoring: Any, decoder: Any) -> dict[str, HostWeight]:
     }
 
 
+#: Pixel-decoder stages Sam3Model runs: it feeds three maps (FPN scales 4 and 2, and the fusion
+#: encoder's tokens at scale 1), so two of the module's num_upsampling_stages convs and norms run.
+PIXEL_DECODER_STAGES = 2
+
+
+def _group_norm_row(values: torch.Tensor) -> HostWeight:
+    """A GroupNorm weight or bias as ttnn.group_norm reads it: ROW_MAJOR rows of 32 channels.
+
+    The interleaved kernel splits the channels over cores in chunks that are whole tiles wide,
+    so ttnn.create_group_norm_weight_bias_rm pads nothing and its layout is this plain reshape.
+    """
+    flat = values.detach().float().reshape(-1)
+    if flat.numel() % 32:
+        raise ValueError(f"GroupNorm over {flat.numel()} channels: the device needs a multiple of 32")
+    return HostWeight(flat.reshape(1, 1, -1, 32), "row_major")
+
+
+def prepare_pixel_decoder(pixel_decoder: Any, stages: int = PIXEL_DECODER_STAGES) -> dict[str, HostWeight]:
+    """transformers' Sam3PixelDecoder -> per stage a 3x3 conv (left for ttnn.conv2d to prepare, as
+    the neck's) and a GroupNorm's weight and bias rows, under "pixel.{stage}."."""
+    weights: dict[str, HostWeight] = {}
+    for stage in range(stages):
+        conv, norm = pixel_decoder.conv_layers[stage], pixel_decoder.norms[stage]
+        prefix = f"pixel.{stage}."
+        weights[prefix + "conv.weight"] = HostWeight(conv.weight.detach().float().contiguous(), "conv")
+        weights[prefix + "conv.bias"] = HostWeight(conv.bias.detach().float().reshape(1, 1, 1, -1), "conv")
+        weights[prefix + "norm.weight"] = _group_norm_row(norm.weight)
+        weights[prefix + "norm.bias"] = _group_norm_row(norm.bias)
+    return weights
+
+
 def prepare_segmentation_head(mask_decoder: Any) -> dict[str, HostWeight]:
-    """transformers' Sam3MaskDecoder (minus its pixel decoder) -> segmentation_head.py."""
+    """transformers' Sam3MaskDecoder (without the semantic projection) -> segmentation_head.py."""
     projection = mask_decoder.instance_projection.weight.detach().float()  # (C_out, C_in, 1, 1)
     weights = {
         **prepare_attention(mask_decoder.prompt_cross_attn, "prompt_attn."),
         **_norm(mask_decoder.prompt_cross_attn_norm, "prompt_attn_norm."),
+        **prepare_pixel_decoder(mask_decoder.pixel_decoder),
         "instance_proj.weight": HostWeight(projection.flatten(1).t().contiguous(), "matmul"),
         "instance_proj.bias": _row(mask_decoder.instance_projection.bias),
     }

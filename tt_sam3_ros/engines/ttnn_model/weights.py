@@ -31,8 +31,9 @@ import torch
 from .config import ImagePathConfig, window_order
 
 #: A weight's role decides its device dtype: "matmul" -> matmul_dtype, "param" -> param_dtype,
-#: "conv" -> left on the host for ttnn.conv2d to prepare (in matmul_dtype).
-KINDS = ("matmul", "param", "conv")
+#: "conv" -> left on the host for ttnn.conv2d to prepare (in matmul_dtype), "row_major" ->
+#: param_dtype in ROW_MAJOR (ttnn.group_norm's weight and bias rows).
+KINDS = ("matmul", "param", "conv", "row_major")
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,8 @@ def upload(
 ) -> dict[str, Any]:
     """Convert and place every weight once; conv weights stay host tensors for ttnn.conv2d.
 
-    Returns name -> ttnn tensor (TILE, DRAM interleaved on the device; conv weights on host).
+    Returns name -> ttnn tensor (TILE, or ROW_MAJOR for "row_major", DRAM interleaved on the
+    device; conv weights on host).
     """
     placed: dict[str, Any] = {}
     for name, weight in weights.items():
@@ -210,7 +212,7 @@ def upload(
         placed[name] = ttnn.as_tensor(
             weight.values,
             dtype,
-            layout=ttnn.TILE_LAYOUT,
+            layout=ttnn.ROW_MAJOR_LAYOUT if weight.kind == "row_major" else ttnn.TILE_LAYOUT,
             device=device,
             memory_config=ttnn.DRAM_MEMORY_CONFIG,
             cache_file_name=cache_file,
