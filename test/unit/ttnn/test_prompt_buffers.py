@@ -199,6 +199,23 @@ def test_prompt_buffers_made_after_the_image_capture_are_clobbered(ttnn):
     image.release()
 
 
+def test_a_prompt_path_not_compiled_before_the_image_capture_breaks_the_image_trace(ttnn):
+    """The negative control of compile(): a bucket compiled (by its first capture) after the image
+    trace was captured may put its binaries where the image replays write."""
+    scene = Scene(ttnn)
+    buffers = scene.buffers()
+    image = TracedPath(ttnn, scene.device, scene.image_forward, command_queues=2)
+    image.capture(scene.host_frame(0))
+    (tokens,) = image.outputs
+    buffers.set_prompts(*prompts(10, 1))
+    image.run(scene.host_frame(1))
+    buffers.run(tokens)  # the prompt x1 trace compiles its programs here, after the image capture
+    with pytest.raises(ttnn.EmulatorError, match="compiled after this trace was captured"):
+        image.run(scene.host_frame(0))
+    buffers.release()
+    image.release()
+
+
 def test_prompt_sets_that_do_not_fit_are_refused(ttnn):
     scene = Scene(ttnn)
     buffers = scene.buffers()
