@@ -3,9 +3,11 @@
 The modules (ttnn_model/geometry_encoder.py, fusion_encoder.py, decoder.py, scoring.py,
 segmentation_head.py) are not wired into the engine yet, so this runner calls each one as the engine
 will: the geometry encoder's class token (once per image: batch 1 whatever --batch says), one
-fusion-encoder layer, one decoder layer, the scoring and the segmentation head's pieces (its pixel
+fusion-encoder layer, one decoder layer, the whole decoder stack with its glue (query positions,
+box bias, refinement, presence), the scoring and the segmentation head's pieces (its pixel
 decoder from 72 x 72 to 288 x 288 included), on zero-valued device tensors of the real shapes
-(nothing computes on the mock; numerics are the emulator's job).
+(nothing computes on the mock; numerics are the emulator's job). The decoder stack's stages also
+run once under a NO_DISPATCH graph capture, for their per-core peak L1 (the report's "peaks").
 The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
 picks its program factories and sizes their circular buffers against the real allocator.
 
@@ -36,6 +38,10 @@ from ttnn_mock import toolchain  # noqa: E402 - after the path set-up above
 
 #: Sizes of the check: SAM 3 itself and the tiny test model.
 SIZES = ("full", "tiny")
+#: The image-token grid (72 x 72) at both sizes: the input stays 1008 x 1008.
+GRID_SIDE = 72
+#: Stages whose per-core peaks (NO_DISPATCH graph capture) the report carries.
+PEAK_STAGES = ("query_position", "box_bias", "decoder_stack")
 
 
 def write_manifest(size: str, path: Path) -> Path:
@@ -45,6 +51,7 @@ def write_manifest(size: str, path: Path) -> Path:
     from transformers.models.sam3 import modeling_sam3 as sam3
 
     from tt_sam3_ros.engines.ttnn_model import prompt_weights
+    from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig
     from tt_sam3_ros.engines.ttnn_model.segmentation_head import PixelDecoderConfig
     from tt_sam3_ros.tiny_model import tiny_sam3_config
 
@@ -61,6 +68,9 @@ def write_manifest(size: str, path: Path) -> Path:
         "decoder": prompt_weights.prepare_decoder_layer(decoder.layers[0]),
         "scoring": prompt_weights.prepare_scoring(scoring, decoder),
         "head": prompt_weights.prepare_segmentation_head(head),
+        "decoder_stack": prompt_weights.prepare_decoder(
+            decoder, DecoderStackConfig.from_decoder(decoder, GRID_SIDE, GRID_SIDE)
+        ),
     }
     attention = encoder_layer.self_attn
     manifest = {
@@ -79,6 +89,8 @@ def write_manifest(size: str, path: Path) -> Path:
         "pixel_decoder": vars(
             PixelDecoderConfig.from_module(head.pixel_decoder, 72, prompt_weights.PIXEL_DECODER_STAGES)
         ),
+        "decoder_layers": len(decoder.layers),
+        "decoder_eps": decoder.output_layer_norm.eps,
         "weights": {
             group: {name: [list(w.values.shape), w.kind] for name, w in host.items()}
             for group, host in groups.items()
@@ -142,7 +154,9 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
             if kind == "row_major":
                 host = ttnn.Tensor(np.zeros(shape, np.float32), ttnn.bfloat16, None, ttnn.ROW_MAJOR_LAYOUT)
                 return host.to(device, ttnn.DRAM_MEMORY_CONFIG)
-            return zeros(tuple(shape), ttnn.bfloat8_b if kind == "matmul" else ttnn.bfloat16)
+            return zeros(
+                tuple(shape), {"matmul": ttnn.bfloat8_b, "float32": ttnn.float32}.get(kind, ttnn.bfloat16)
+            )
 
         def weights(group: str) -> dict[str, Any]:
             return {name: weight(shape, kind) for name, (shape, kind) in manifest["weights"][group].items()}
@@ -163,8 +177,8 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
             vision_keyed=zeros((b, s, c)),
             box_bias=zeros((b, heads, q, s)),
         )
-        geometry_w, encoder_w, decoder_w, scoring_w, head_w = (
-            weights(g) for g in ("geometry", "encoder", "decoder", "scoring", "head")
+        geometry_w, encoder_w, decoder_w, scoring_w, head_w, stack_w = (
+            weights(g) for g in ("geometry", "encoder", "decoder", "scoring", "head", "decoder_stack")
         )
         g = manifest["geometry"]
         geometry = m.geometry_encoder.GeometryConfig(c, g["intermediate"], shape, g["layers"], g["eps"])
@@ -188,6 +202,31 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
         report["pixel_channels"] = pixel.channels
         head_w.update(m.segmentation_head.pixel_decoder_constants(ttnn, device, pixel))
         fine = [pixel.side * 2**i for i in range(pixel.stages, 0, -1)]  # 288, 144
+        stack_config = m.decoder.DecoderStackConfig(
+            layer,
+            manifest["decoder_layers"],
+            manifest["queries"],
+            GRID_SIDE,
+            GRID_SIDE,
+            manifest["decoder_eps"],
+        )
+        stack_inputs = m.decoder.DecoderStackInputs(
+            text=inputs.text,
+            text_mask=inputs.text_mask,
+            vision=inputs.vision,
+            vision_keyed=inputs.vision_keyed,
+        )
+        stages = {
+            "query_position": lambda: m.decoder.query_position(
+                ttnn, zeros((b, q, 32), ttnn.float32), stack_w, settings
+            ),
+            "box_bias": lambda: m.decoder.box_bias(
+                ttnn, zeros((b, q, 32), ttnn.float32), stack_w, stack_config, settings
+            ),
+            "decoder_stack": lambda: m.decoder.decoder_stack(
+                ttnn, stack_inputs, stack_w, stack_config, settings, scoring_config
+            ).boxes[-1],
+        }
         steps = {
             "geometry_class_token": lambda: m.geometry_encoder.class_token(
                 ttnn, zeros((1, 1, s, c)), geometry_w, geometry, settings
@@ -241,6 +280,7 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
                 head_w,
                 settings,
             ),
+            **stages,
         }
         for name, step in steps.items():
             try:
@@ -249,8 +289,23 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
                 ttnn.deallocate(out)
             except Exception as error:
                 report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+        report["peaks"] = {name: _per_core_peaks(ttnn, stages[name]) for name in PEAK_STAGES}
     finally:
         ttnn.close_device(device)
+
+
+def _per_core_peaks(ttnn: Any, stage: Any) -> dict[str, Any]:
+    """One NO_DISPATCH graph capture of `stage`: its per-core peak L1 and circular-buffer bytes
+    (buffers allocated before the capture, such as the weights, are not counted)."""
+    graph = ttnn._ttnn.graph
+    graph.begin_graph_capture(graph.RunMode.NO_DISPATCH)
+    try:
+        stage()
+    except Exception as error:
+        graph.end_graph_capture()
+        return {"error": f"{type(error).__name__}: {error}"[:1000]}
+    usage = graph.extract_resource_usage_per_core(graph.end_graph_capture())
+    return {"peak_l1": int(usage.peak_l1), "peak_cb": int(usage.peak_cb), "peak_total": int(usage.peak_total)}
 
 
 def main(argv: list[str] | None = None) -> int:

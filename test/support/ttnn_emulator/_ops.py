@@ -372,6 +372,40 @@ def clamp(
     return _launch("clamp", [input_tensor], dict(min=min, max=max, memory_config=memory_config), compute)[0]
 
 
+#: Dtypes the SFPU unary ops (sin, log1p) take; both TILE and ROW_MAJOR (their ttnn docstrings).
+_UNARY_DTYPES = (DataType.BFLOAT16, DataType.BFLOAT8_B, DataType.FLOAT32)
+
+
+def _unary(
+    name: str, fn: Callable[[torch.Tensor], torch.Tensor], input_tensor: Tensor, params: dict[str, Any]
+) -> Tensor:
+    """An SFPU op value by value, with the dtypes it takes; its approximation is not modelled."""
+    if input_tensor.dtype not in _UNARY_DTYPES:
+        raise EmulatorError(f"{name}: {input_tensor.dtype} is not one of bfloat16, bfloat8_b, float32")
+
+    def compute() -> list[Tensor]:
+        memory_config = params.get("memory_config")
+        return [_new(fn(input_tensor.read()), input_tensor, memory_config=memory_config)]
+
+    return _launch(name, [input_tensor], params, compute)[0]
+
+
+def sin(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None) -> Tensor:
+    """Sine in radians; the chip reduces any argument by multiples of pi (Cody-Waite) first."""
+    return _unary("sin", torch.sin, input_tensor, dict(memory_config=memory_config))
+
+
+def log1p(
+    input_tensor: Tensor,
+    *,
+    fast_and_approximate_mode: bool = False,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    """ln(1 + x); NaN below -1 as on the chip (its supported range is x > -1)."""
+    params = dict(fast_and_approximate_mode=fast_and_approximate_mode, memory_config=memory_config)
+    return _unary("log1p", torch.log1p, input_tensor, params)
+
+
 # data movement ------------------------------------------------------------------------------
 def _host_or_device(
     name: str, tensor: Tensor, params: dict[str, Any], make: Callable[[], Tensor], program: bool = True
@@ -457,6 +491,24 @@ def permute(
         )
 
     return _host_or_device("permute", input_tensor, dict(dims=order, memory_config=memory_config), make)
+
+
+def repeat(
+    input_tensor: Tensor, repeat_dims: Sequence[int], *, memory_config: MemoryConfig | None = None
+) -> Tensor:
+    """The tensor tiled repeat_dims[d] times along each dim d. All ones returns the input itself,
+    not a copy, as ttnn's RepeatOperation does ("nothing to do"): code that then deallocates
+    the result frees its input."""
+    times = tuple(int(r) for r in repeat_dims)
+    if len(times) != input_tensor.shape.rank or min(times) < 1:
+        raise EmulatorError(f"repeat: {list(times)} does not fit a rank-{input_tensor.shape.rank} tensor")
+    if all(r == 1 for r in times):
+        return input_tensor
+
+    def make() -> Tensor:
+        return _new(input_tensor.read().repeat(times), input_tensor, memory_config=memory_config)
+
+    return _host_or_device("repeat", input_tensor, dict(repeat_dims=times, memory_config=memory_config), make)
 
 
 def to_layout(

@@ -264,6 +264,28 @@ def test_layer_norm_matches_torch(ttnn, device):
     assert _pcc(ttnn.to_torch(out), want) > 0.9999
 
 
+def test_sin_and_log1p_round_to_their_dtype_and_refuse_integers(ttnn, device):
+    x = torch.linspace(-8, 8, 64 * 32).reshape(1, 64, 32)
+    sine = ttnn.to_torch(ttnn.sin(_dev(ttnn, device, x))).float()
+    assert torch.equal(sine, x.bfloat16().float().sin().bfloat16().float())
+    grown = ttnn.to_torch(ttnn.log1p(_dev(ttnn, device, x.abs(), dtype=ttnn.float32)))
+    assert torch.equal(grown, x.abs().log1p())
+    assert bool(ttnn.to_torch(ttnn.log1p(_dev(ttnn, device, x))).float()[0, 0, 0].isnan())  # below -1
+    with pytest.raises(ttnn.EmulatorError, match="not one of bfloat16"):
+        ttnn.sin(_dev(ttnn, device, torch.ones(1, 32, 32, dtype=torch.int32), dtype=ttnn.int32))
+
+
+def test_repeat_copies_and_by_ones_returns_its_input(ttnn, device):
+    x = _dev(ttnn, device, torch.randn(1, 32, 64))
+    twice = ttnn.repeat(x, (2, 1, 1))
+    assert tuple(twice.shape) == (2, 32, 64)
+    assert torch.equal(ttnn.to_torch(twice)[1], ttnn.to_torch(x)[0])
+    same = ttnn.repeat(x, (1, 1, 1))
+    assert same is x  # as ttnn's RepeatOperation: deallocating "the copy" frees the input
+    with pytest.raises(ttnn.EmulatorError, match="rank"):
+        ttnn.repeat(x, (2, 1))
+
+
 def test_attention_heads_split_attend_and_concatenate(ttnn, device):
     torch.manual_seed(2)
     heads, dim = 2, 32

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 RUNNER = REPO / "tools" / "ttnn_mock" / "prompt_layers.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import prompt_layers, toolchain  # noqa: E402 - tools/ is not a package root
+from ttnn_mock.image_path import L1_BANK_BYTES  # noqa: E402
 
 GRIDS = {"harvested": (toolchain.HARVEST_MASKS["harvested"], [11, 10]), "unharvested": (0, [13, 10])}
 MODULES = {
@@ -32,6 +33,9 @@ MODULES = {
     "head_prompt_attention",
     "pixel_decoder",
     "mask_logits",
+    "query_position",
+    "box_bias",
+    "decoder_stack",
 }
 
 
@@ -88,3 +92,12 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
         f"{size}, {batch} prompt(s), on {grid} {report['grid']}: "
         + ", ".join(f"{k} {v['shape']}" for k, v in report["modules"].items())
     )
+    peaks = report["peaks"]
+    print(
+        "  per-core peaks, L1 buffers / circular buffers / total (NO_DISPATCH): "
+        + ", ".join(
+            f"{k} {v.get('peak_l1')} / {v.get('peak_cb')} / {v.get('peak_total')} B" for k, v in peaks.items()
+        )
+    )
+    assert all("error" not in v for v in peaks.values()), peaks
+    assert all(v["peak_total"] < L1_BANK_BYTES for v in peaks.values()), peaks

@@ -12,12 +12,14 @@ Layouts:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from .attention import AttentionShape
 from .config import TILE
+from .decoder import RPB_SCALE
 from .weights import HostWeight
 
 
@@ -209,4 +211,137 @@ def prepare_geometry_encoder(encoder: Any, position: torch.Tensor) -> dict[str, 
                 **_mlp(layer.mlp, prefix + "mlp."),
             }
         )
+    return weights
+
+
+# the decoder stack --------------------------------------------------------------------------
+def _constant(values: torch.Tensor) -> HostWeight:
+    """A bfloat16 (TILE, DRAM) constant: masks, 0/1 matrices, the initial state."""
+    return HostWeight(values.detach().float().contiguous(), "param")
+
+
+def _in_rows(values: torch.Tensor, rows: int, width: int | None = None) -> torch.Tensor:
+    """(N, k) per-query values -> (1, rows, width): row 0 (the presence token) and the padding
+    zero, the queries at rows 1..N, columns zero-padded to `width`."""
+    out = torch.zeros(1, rows, values.shape[1] if width is None else width)
+    out[0, 1 : 1 + values.shape[0], : values.shape[1]] = values.detach().float()
+    return out
+
+
+def _sine_embedding(encoding: Any, hidden: int) -> dict[str, HostWeight]:
+    """encode_boxes as boxes @ F + phase then sin: feature i of coordinate c (transformers'
+    order y, x, w, h) is sin(c * scale / t_i) for even i and cos, i.e. sin(. + pi/2), for odd."""
+    features = encoding.num_position_features
+    index = torch.arange(features, dtype=torch.float64)
+    frequency = encoding.scale / encoding.temperature ** (
+        2 * torch.div(index, 2, rounding_mode="floor") / features
+    )
+    matrix = torch.zeros(32, 4 * features, dtype=torch.float64)
+    for block, column in enumerate((1, 0, 2, 3)):  # box columns cx, cy, w, h; blocks y, x, w, h
+        matrix[column, block * features : (block + 1) * features] = frequency
+    phase = (index % 2) * (math.pi / 2)
+    if 4 * features != 2 * hidden:
+        raise ValueError(f"sine embedding width {4 * features} is not the ref_point_head's {2 * hidden}")
+    return {"sine.weight": _constant(matrix), "sine.bias": _row(phase.repeat(4))}
+
+
+def _box_bias_edges(config: Any) -> dict[str, HostWeight]:
+    """The edge matrix (32, 2 * P * 32) and its bias: column (axis block, position p, k) holds
+    8 (p / size - edge) for k = 0, 2 (edges lo, hi) and its negation for k = 1, 3; y positions
+    use k 0..3, x positions k 4..7 (so the first MLP layer can tell the axes apart); positions
+    beyond the grid stay zero. Box columns: cx, cy, w, h; edges centre -+ size / 2."""
+    positions, width = config.positions, 32
+    matrix = torch.zeros(32, 2, positions, width, dtype=torch.float64)
+    bias = torch.zeros(2, positions, width, dtype=torch.float64)
+    for axis, (centre, size, count, first) in enumerate(((1, 3, config.height, 0), (0, 2, config.width, 4))):
+        grid = torch.arange(count, dtype=torch.float64) / count
+        for edge, half in enumerate((-0.5, 0.5)):  # lo = centre - size / 2, hi = centre + size / 2
+            for sign, k in ((1.0, first + 2 * edge), (-1.0, first + 2 * edge + 1)):
+                matrix[centre, axis, :count, k] = -sign * RPB_SCALE
+                matrix[size, axis, :count, k] = -sign * RPB_SCALE * half
+                bias[axis, :count, k] = sign * RPB_SCALE * grid
+    return {
+        "rpb.edges.weight": _constant(matrix.reshape(32, -1)),
+        "rpb.edges.bias": _row(bias.reshape(-1)),
+    }
+
+
+def _box_bias_mlp(decoder: Any, config: Any) -> dict[str, HostWeight]:
+    """box_rpb_embed_y and _x as one MLP over the (axis, position) rows (decoder.box_bias)."""
+    embed_y, embed_x = decoder.box_rpb_embed_y, decoder.box_rpb_embed_x
+    hidden = embed_y.layer1.out_features
+    first = torch.zeros(32, 2 * hidden, dtype=torch.float64)
+    for block, (embed, k) in enumerate(((embed_y, 0), (embed_x, 4))):
+        weight = embed.layer1.weight.detach().double() / math.log(RPB_SCALE)  # (hidden, 2)
+        for edge in range(2):
+            first[k + 2 * edge, block * hidden : (block + 1) * hidden] = weight[:, edge]
+            first[k + 2 * edge + 1, block * hidden : (block + 1) * hidden] = -weight[:, edge]
+    first_bias = torch.cat([embed_y.layer1.bias, embed_x.layer1.bias]).detach().double()
+    second = torch.cat([embed_y.layer2.weight, embed_x.layer2.weight], dim=1).detach().double().t()
+    # A y row also carries relu(x bias) through the x half (and an x row the y half's): the
+    # second bias cancels both, so y row + x row = transformers' y + x exactly.
+    leak_x = torch.relu(embed_x.layer1.bias.detach().double()) @ embed_x.layer2.weight.detach().double().t()
+    leak_y = torch.relu(embed_y.layer1.bias.detach().double()) @ embed_y.layer2.weight.detach().double().t()
+    true_bias = (embed_y.layer2.bias + embed_x.layer2.bias).detach().double()
+    return {
+        "rpb.layer1.weight": HostWeight(first.float(), "matmul"),
+        "rpb.layer1.bias": _row(first_bias),
+        "rpb.layer2.weight": HostWeight(second.float().contiguous(), "matmul"),
+        "rpb.layer2.bias": _row((true_bias - leak_x - leak_y) / 2),
+    }
+
+
+def _box_bias_outer(config: Any) -> torch.Tensor:
+    """(2 P, height * width) 0/1: y position i and x position j both feed column i * width + j."""
+    outer = torch.zeros(2 * config.positions, config.height * config.width)
+    columns = torch.arange(config.height * config.width)
+    outer[columns // config.width, columns] = 1.0
+    outer[config.positions + columns % config.width, columns] = 1.0
+    return outer
+
+
+def prepare_decoder(decoder: Any, config: Any) -> dict[str, HostWeight]:
+    """transformers' Sam3DetrDecoder -> decoder.decoder_stack's weights and constants.
+
+    `config` is decoder.DecoderStackConfig (the grid size is the image's, not the module's).
+    Every layer under "layers.{i}."; the heads (output_norm, box_head, presence_norm,
+    presence_head, ref_point_head) under their transformers names; the box head's 4 outputs
+    padded to 32 columns (zero weights, so padding columns of the logits stay 0).
+    """
+    from .attention import key_padding_mask
+
+    rows, hidden = config.rows, decoder.config.hidden_size
+    box_head = _decoder_mlp(decoder.box_head, "box_head.")
+    last = decoder.box_head.layer3
+    box_head["box_head.layer3.weight"] = HostWeight(
+        torch.nn.functional.pad(_matrix(last.weight), (0, 28)), "matmul"
+    )
+    box_head["box_head.layer3.bias"] = _row(torch.nn.functional.pad(last.bias.detach().float(), (0, 28)))
+    initial = torch.cat([decoder.presence_token.weight, decoder.query_embed.weight])
+    query_rows = _in_rows(torch.ones(config.queries, hidden), rows)
+    weights = {
+        **{
+            name: value
+            for index, layer in enumerate(decoder.layers)
+            for name, value in prepare_decoder_layer(layer, f"layers.{index}.").items()
+        },
+        **_norm(decoder.output_layer_norm, "output_norm."),
+        **box_head,
+        **_norm(decoder.presence_layer_norm, "presence_norm."),
+        **_decoder_mlp(decoder.presence_head, "presence_head."),
+        **_decoder_mlp(decoder.ref_point_head, "ref_point_head."),
+        **_sine_embedding(decoder.position_encoding, hidden),
+        **_box_bias_edges(config),
+        **_box_bias_mlp(decoder, config),
+        "rpb.outer": _constant(_box_bias_outer(config)),
+        "rpb.rows": _constant(query_rows[:, None, :, :1].expand(1, 1, rows, 2 * config.positions)),
+        "query_rows": _constant(query_rows),
+        "hidden.initial": _constant(
+            torch.nn.functional.pad(initial.detach().float(), (0, 0, 0, rows - initial.shape[0]))[None]
+        ),
+        "boxes.initial": HostWeight(_in_rows(decoder.reference_points.weight, rows, 32), "float32"),
+        "self_mask": _constant(
+            key_padding_mask(rows, torch.ones(1, 1 + config.queries, dtype=torch.bool), rows)
+        ),
+    }
     return weights

@@ -31,9 +31,10 @@ import torch
 from .config import ImagePathConfig, window_order
 
 #: A weight's role decides its device dtype: "matmul" -> matmul_dtype, "param" -> param_dtype,
+#: "float32" -> float32 (state that must keep its bits, e.g. the decoder's initial box logits),
 #: "conv" -> left on the host for ttnn.conv2d to prepare (in matmul_dtype), "row_major" ->
 #: param_dtype in ROW_MAJOR (ttnn.group_norm's weight and bias rows).
-KINDS = ("matmul", "param", "conv", "row_major")
+KINDS = ("matmul", "param", "float32", "conv", "row_major")
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def upload(
         if weight.kind == "conv":
             placed[name] = ttnn.from_torch(weight.values, dtype=ttnn.float32, layout=ttnn.ROW_MAJOR_LAYOUT)
             continue
-        dtype = matmul_dtype if weight.kind == "matmul" else param_dtype
+        dtype = {"matmul": matmul_dtype, "float32": ttnn.float32}.get(weight.kind, param_dtype)
         cache_file = str(cache_dir / name) if cache_dir is not None else None
         placed[name] = ttnn.as_tensor(
             weight.values,
