@@ -15,6 +15,9 @@ the device opened. What the model assumes, so its numbers are read for what they
   are DRAM-interleaved), bfloat8_b at 1088 B per 1024 values (shared exponents), except:
   a reshape that can be a view (last dimension unchanged, rows tile-aligned) moves nothing;
   the fused attention re-reads K and V once per query chunk (ceil(Sq / q_chunk) times);
+  the fused rotary embedding reads each input tile twice (as itself and as its rotated
+  partner) and the cos and sin tables once per leading index (batch x heads), as its reader
+  kernel does;
 - ops do not overlap, and an op reaches its roofline (no dispatch, no launch cost): a floor
   for the code as written, not a prediction of a chip's latency.
 """
@@ -52,6 +55,7 @@ BYTES_PER_VALUE = {
 MATMULS = ("linear", "matmul")
 ATTENTION = "transformer.scaled_dot_product_attention"
 CONV = "conv2d"
+ROTARY = "experimental.rotary_embedding"
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,10 @@ def dram_bytes(op: dict[str, Any]) -> float:
         passes = math.ceil(q["shape"][-2] / chunk)
         rest = inputs[3:]
         return tensor_bytes(q) + passes * (tensor_bytes(k) + tensor_bytes(v)) + _device_bytes(rest + outputs)
+    if name == ROTARY and len(inputs) >= 3:
+        x, cos, sin = inputs[:3]
+        sweeps = math.prod(padded(x["shape"], x["layout"])[:-2])
+        return 2 * tensor_bytes(x) + sweeps * (tensor_bytes(cos) + tensor_bytes(sin)) + _device_bytes(outputs)
     if name == CONV:
         o = op["options"]
         kh, kw = o.get("kernel_size", [1, 1])

@@ -34,6 +34,7 @@ from ._ops import (
     relu,
     repeat,
     reshape,
+    rotary_embedding,
     scaled_dot_product_attention,
     sigmoid,
     sin,
@@ -126,6 +127,7 @@ transformer = SimpleNamespace(
     concatenate_heads=concatenate_heads,
     SDPAProgramConfig=SDPAProgramConfig,
 )
+experimental = SimpleNamespace(rotary_embedding=rotary_embedding)
 
 
 def reset() -> None:
@@ -138,10 +140,11 @@ def reset() -> None:
     SETTINGS.__dict__.update(EmulatorSettings().__dict__)
 
 
-#: Only under ttnn.transformer in the real module.
+#: Only under ttnn.transformer or ttnn.experimental in the real module.
 _TRANSFORMER_ONLY = {
     "scaled_dot_product_attention",
     "split_query_key_value_and_split_heads",
     "concatenate_heads",
+    "rotary_embedding",
 }
 __all__ = [name for name in dir() if not name.startswith("_") and name not in _TRANSFORMER_ONLY]

@@ -761,6 +761,75 @@ def scaled_dot_product_attention(
     return _launch(name, tensors, params, compute)[0]
 
 
+def rotary_embedding(
+    input_tensor: Tensor,
+    cos_cache: Tensor,
+    sin_cache: Tensor,
+    token_index: int | None = None,
+    *,
+    memory_config: MemoryConfig | None = None,
+    compute_kernel_config: Any = None,
+) -> Tensor:
+    """ttnn.experimental.rotary_embedding (prefill): x * cos + rotate_half(x) * sin, with
+    rotate_half(x) = [-x2, x1] over the two halves of the last dimension.
+
+    The rules of tt-metal's RotaryEmbedding (rotary_embedding_device_operation.cpp): every
+    operand a TILE device tensor; the padded last dim X a multiple of 64 (the kernel swaps the
+    halves a whole tile at a time); cos and sin of one dtype and one padded shape (1, 1, >= S, X),
+    the same table rows for every leading index (broadcast over batch and heads); interleaved
+    input and output unless sharded (never width-sharded). The output has the input's padded
+    shape (a sequence that is not whole tiles comes back padded). Numerics as the kernel's
+    circular buffers: x * cos rounded to the cos dtype, rotate_half(x) * sin to the sin dtype,
+    their sum to the input dtype; products exact (its compute kernel runs at the default HiFi4).
+    Decode mode (token_index) is not emulated.
+    """
+    name = "rotary_embedding"
+    _require_tile(name, input_tensor, cos_cache, sin_cache)
+    if token_index is not None:
+        raise EmulatorError(f"{name}: token_index (decode mode) is not emulated")
+    padded = input_tensor.padded_shape
+    width, seq = padded[-1], padded[-2]
+    if width % (2 * TILE_SIZE):
+        raise EmulatorError(f"{name}: input X dim {width} must be divisible into tiles (a multiple of 64)")
+    if cos_cache.dtype != sin_cache.dtype:
+        raise EmulatorError(f"{name}: cos and sin dtypes must match ({cos_cache.dtype}, {sin_cache.dtype})")
+    table = cos_cache.padded_shape
+    if table != sin_cache.padded_shape:
+        other = list(sin_cache.padded_shape)
+        raise EmulatorError(f"{name}: cos {list(table)} and sin {other} dims must match")
+    if len(table) < 3 or table[0] != 1 or table[1] != 1 or table[-1] != width or table[-2] < seq:
+        raise EmulatorError(
+            f"{name}: cos dims {list(table)} must be (1, 1, >= {seq}, {width}) for input {list(padded)}"
+        )
+    output = memory_config or input_tensor.memory_config()
+    for label, config in (("input", input_tensor.memory_config()), ("output", output)):
+        if config is not None and config.memory_layout == TensorMemoryLayout.WIDTH_SHARDED:
+            raise EmulatorError(f"{name}: {label} must not be WIDTH_SHARDED")
+    source = input_tensor.memory_config()
+    if source is not None and source.is_sharded() and source.shard_spec is not None:
+        shard_h, shard_w = source.shard_spec.shape
+        if shard_w != width or math.prod(padded[:-1]) % shard_h:
+            raise EmulatorError(
+                f"{name}: input shard {[shard_h, shard_w]} must be {width} wide and divide the rows evenly"
+            )
+
+    def compute() -> list[Tensor]:
+        x = input_tensor.read()
+        rows = x.shape[-2]
+        if rows != seq:
+            x = F.pad(x, (0, 0, 0, seq - rows))
+        cos = cos_cache.read().reshape(-1, width)[:seq]
+        sin = sin_cache.read().reshape(-1, width)[:seq]
+        first, second = x[..., : width // 2], x[..., width // 2 :]
+        turned = torch.cat((-second, first), dim=-1)
+        straight = _numerics.quantize(x * cos, cos_cache.dtype)
+        rotated = _numerics.quantize(turned * sin, sin_cache.dtype)
+        return [_new(straight + rotated, input_tensor, memory_config=memory_config)]
+
+    params = dict(memory_config=memory_config, compute_kernel_config=compute_kernel_config)
+    return _launch(name, [input_tensor, cos_cache, sin_cache], params, compute)[0]
+
+
 # convolution and pooling --------------------------------------------------------------------
 def _pair(value: Sequence[int] | int) -> tuple[int, int]:
     if isinstance(value, int):

@@ -113,9 +113,14 @@ def _emulated_functions() -> dict[str, object]:
         for name in ttnn_emulator.__all__
         if inspect.isfunction(getattr(ttnn_emulator, name)) and name not in EMULATOR_ONLY
     }
-    found.update(
-        {f"transformer.{name}": fn for name, fn in vars(ttnn_emulator.transformer).items() if callable(fn)}
-    )
+    for namespace in ("transformer", "experimental"):
+        found.update(
+            {
+                f"{namespace}.{name}": fn
+                for name, fn in vars(getattr(ttnn_emulator, namespace)).items()
+                if callable(fn)
+            }
+        )
     return {name: fn for name, fn in found.items() if inspect.isfunction(fn)}
 
 
@@ -125,9 +130,13 @@ def test_emulator_signatures_accept_no_more_than_the_real_ones():
     import inspect
 
     functions = _emulated_functions()
-    assert {"linear", "layer_norm", "transformer.scaled_dot_product_attention", "record_event"} <= set(
-        functions
-    )
+    assert {
+        "linear",
+        "layer_norm",
+        "transformer.scaled_dot_product_attention",
+        "experimental.rotary_embedding",
+        "record_event",
+    } <= set(functions)
     done = subprocess.run(
         [str(_ttnn_python()), "-c", _SIGNATURES, json.dumps(sorted(functions))],
         cwd=REPO,

@@ -636,6 +636,70 @@ def test_sdpa_accepts_a_dram_mask_that_broadcasts(ttnn, device):
     assert _pcc(ttnn.to_torch(out), want) > 0.999
 
 
+def test_rotary_embedding_is_rotate_half_with_the_kernels_rounding(ttnn, device):
+    x = torch.randn(2, 3, 64, 128)
+    angles = torch.randn(1, 1, 96, 128)  # more table rows than the sequence: the first 64 are used
+    heads, cos, sin = (_dev(ttnn, device, t) for t in (x, angles.cos(), angles.sin()))
+    out = ttnn.experimental.rotary_embedding(heads, cos, sin)
+    xb, c, s = (ttnn.to_torch(t).float() for t in (heads, cos, sin))
+    c, s = c[..., :64, :], s[..., :64, :]
+    turned = torch.cat((-xb[..., 64:], xb[..., :64]), dim=-1)
+    want = ((xb * c).bfloat16().float() + (turned * s).bfloat16().float()).bfloat16().float()
+    assert torch.equal(ttnn.to_torch(out).float(), want)
+    assert list(out.shape) == [2, 3, 64, 128]
+
+
+def test_rotary_embedding_pads_a_ragged_sequence_to_whole_tiles(ttnn, device):
+    table = _dev(ttnn, device, torch.ones(1, 1, 64, 64))
+    out = ttnn.experimental.rotary_embedding(_dev(ttnn, device, torch.ones(1, 1, 40, 64)), table, table)
+    assert list(out.shape) == [1, 1, 64, 64]
+
+
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("head dim 32", "multiple of 64"),
+        ("table batch", "must be \\(1, 1, >= 64, 64\\)"),
+        ("table too short", ">= 64"),
+        ("table width", "must be \\(1, 1"),
+        ("dtypes differ", "dtypes must match"),
+        ("shapes differ", "dims must match"),
+        ("row major", "TILE"),
+        ("width sharded out", "WIDTH_SHARDED"),
+        ("decode mode", "token_index"),
+    ],
+)
+def test_rotary_embedding_refuses_what_the_op_refuses(ttnn, device, case, match):
+    rope = ttnn.experimental.rotary_embedding
+    x = torch.randn(2, 4, 64, 64)
+    table = torch.randn(1, 1, 64, 64)
+    args = [x, table, table]
+    dtypes = [ttnn.bfloat16] * 3
+    layout = ttnn.TILE_LAYOUT
+    kwargs: dict = {}
+    if case == "head dim 32":
+        args = [torch.randn(2, 4, 64, 32), torch.randn(1, 1, 64, 32), torch.randn(1, 1, 64, 32)]
+    elif case == "table batch":
+        args[1] = args[2] = torch.randn(2, 1, 64, 64)
+    elif case == "table too short":
+        args[1] = args[2] = torch.randn(1, 1, 32, 64)
+    elif case == "table width":
+        args[1] = args[2] = torch.randn(1, 1, 64, 128)
+    elif case == "dtypes differ":
+        dtypes[2] = ttnn.bfloat8_b
+    elif case == "shapes differ":
+        args[2] = torch.randn(1, 1, 96, 64)
+    elif case == "row major":
+        layout = ttnn.ROW_MAJOR_LAYOUT
+    elif case == "width sharded out":
+        kwargs["memory_config"] = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1)
+    elif case == "decode mode":
+        kwargs["token_index"] = 0
+    tensors = [_dev(ttnn, device, t, dtype=d, layout=layout) for t, d in zip(args, dtypes, strict=True)]
+    with pytest.raises(ttnn.EmulatorError, match=match):
+        rope(*tensors, **kwargs)
+
+
 def test_several_traces_per_device_and_what_their_replays_clobber(ttnn, device):
     w = _dev(ttnn, device, torch.randn(32, 32))
     x = ttnn.allocate_tensor_on_device(ttnn.Shape([32, 32]), ttnn.bfloat16, ttnn.TILE_LAYOUT, device)
@@ -768,6 +832,7 @@ def test_core_range_sets_are_hashable_however_they_are_built(ttnn):
         lambda ttnn, t: ttnn.layer_norm(t, eps=1e-6),
         lambda ttnn, t: ttnn.transformer.scaled_dot_product_attention(t, t, t, causal=False),
         lambda ttnn, t: ttnn.reshape(t, (32, 32), view=True),
+        lambda ttnn, t: ttnn.experimental.rotary_embedding(t, t, t, memory_configs=None),
     ],
 )
 def test_misspelled_keywords_are_refused(ttnn, device, call):

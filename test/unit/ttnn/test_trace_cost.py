@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 from ttnn_mock import oplog
 
 #: Device ops per stage of today's image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
-OPS_PER_WINDOWED_BLOCK = 21
-OPS_PER_GLOBAL_BLOCK = 21
+OPS_PER_WINDOWED_BLOCK = 15
+OPS_PER_GLOBAL_BLOCK = 15
 OPS_PATCH_EMBED = 5
 OPS_NECK = 34
 
@@ -146,6 +146,14 @@ def test_attention_rereads_keys_and_values_per_query_chunk():
     assert trace_cost.price(narrow).dram_bytes == pytest.approx(size * (2 + 2 * math.ceil(5184 / 64)))
     assert trace_cost.price(wide).dram_bytes == pytest.approx(size * (2 + 2 * 18))
     assert trace_cost.price(narrow).flops == 4 * 16 * 5184 * 5184 * 64
+
+
+def test_rotary_embedding_reads_its_input_twice_and_its_tables_per_head():
+    x, table = _tensor((9, 16, 576, 64)), _tensor((1, 1, 576, 64))
+    cost = trace_cost.price(_op(trace_cost.ROTARY, [x, table, table], [x]))
+    size = trace_cost.tensor_bytes(x)
+    assert cost.flops == 0 and cost.bound == "memory"
+    assert cost.dram_bytes == pytest.approx(3 * size + 9 * 16 * 2 * trace_cost.tensor_bytes(table))
 
 
 def test_conv2d_priced_from_its_geometry():

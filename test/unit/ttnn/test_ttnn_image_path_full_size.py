@@ -6,7 +6,7 @@ HiFi2 matmuls keeping 7 bits of each activation, the fused approximate GELU), so
 closest off-chip answer to "does the image path compute SAM 3's features". Gate: PCC >= 0.995
 for each of the four FPN maps. Random weights (the real ones are gated), scaled so attention is
 peaked and each block's update is not hidden by the residual stream; the negative control (RoPE
-turned the wrong way in every block) must fail the same gate, which shows the gate can see a
+turned the wrong way in every block: sin negated) must fail the same gate, which shows the gate can see a
 wrong attention at this size.
 
 Slow: marked `slow`, still part of `make test`. Measured on 2 shared cores (load average 10-16):
@@ -112,16 +112,14 @@ def test_whole_image_path_matches_transformers_at_full_size(full_size):
 
 
 def test_the_gate_catches_a_wrong_rope_at_full_size(full_size):
-    """Negative control: every block's RoPE turned the wrong way must fail the gate."""
-    from tt_sam3_ros.engines.ttnn_model.weights import rotation_matrix
-
+    """Negative control: every block's RoPE turned the wrong way (sin negated) must fail the gate."""
     reference, (ttnn, device, weights, run) = full_size
-    right = weights["rope.rotation"]
-    wrong = rotation_matrix(64, 64).transpose(-1, -2).contiguous()
     reversed_rope = dict(weights)
-    reversed_rope["rope.rotation"] = ttnn.from_torch(
-        wrong, dtype=right.dtype, layout=ttnn.TILE_LAYOUT, device=device
-    )
+    for name in ("rope.window.sin", "rope.global.sin"):
+        right = weights[name]
+        reversed_rope[name] = ttnn.from_torch(
+            -ttnn.to_torch(right).float(), dtype=right.dtype, layout=ttnn.TILE_LAYOUT, device=device
+        )
     scores = [pcc(a, b) for a, b in zip(run(reversed_rope), reference, strict=True)]
     print(f"full-size FPN maps with RoPE reversed (negative control): PCC {[round(s, 5) for s in scores]}")
     assert min(scores) < PCC_GATE, scores

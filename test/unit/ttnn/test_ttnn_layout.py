@@ -1,4 +1,4 @@
-"""Host-side layout helpers of the Blackhole image path: window order and patching."""
+"""Host-side layout helpers of the Blackhole image path: window order, patching, RoPE order."""
 
 from __future__ import annotations
 
@@ -30,3 +30,33 @@ def test_patchify_is_the_conv_patch_order_sorted_into_windows():
     weight = torch.randn(8, 3, 14, 14)
     conv = torch.nn.functional.conv2d(pixels[None], weight, stride=14)[0].reshape(8, -1).t()
     assert torch.allclose(row_order @ weight.reshape(8, -1).t(), conv, atol=1e-3)
+
+
+def test_half_half_rope_on_permuted_columns_is_sam3s_pairwise_rope():
+    """The device's rotate_half on q and k in half-half order (weights.py) gives SAM 3's pairwise
+    RoPE: the same rotated values, permuted, and so the same attention scores q.k."""
+    from transformers.models.sam3.modeling_sam3 import rotate_pairwise
+
+    from tt_sam3_ros.engines.ttnn_model.weights import _rope_heads, half_half_order
+
+    heads, dim, padded, seq = 3, 16, 64, 40
+    q, k = torch.randn(seq, heads * dim), torch.randn(seq, heads * dim)
+    angles = torch.randn(seq, dim // 2).repeat_interleave(2, dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+
+    def pairwise(x):
+        x = x.reshape(seq, heads, dim)
+        return x * cos[:, None] + rotate_pairwise(x) * sin[:, None]
+
+    def half_half(x):
+        x = _rope_heads(x, heads, dim, padded).reshape(seq, heads, padded)
+        c, s = (_rope_heads(t, 1, dim, padded) for t in (cos, sin))
+        turned = torch.cat((-x[..., padded // 2 :], x[..., : padded // 2]), dim=-1)
+        return x * c[:, None] + turned * s[:, None]
+
+    source = half_half_order(dim, padded)
+    used = source >= 0
+    assert torch.equal(half_half(q)[..., used], pairwise(q)[..., source[used]])
+    assert torch.equal(half_half(q)[..., ~used], torch.zeros(seq, heads, int((~used).sum())))
+    scores = torch.einsum("qhd,khd->hqk", pairwise(q), pairwise(k))
+    assert torch.allclose(torch.einsum("qhd,khd->hqk", half_half(q), half_half(k)), scores, atol=1e-5)

@@ -34,8 +34,9 @@ class ImagePathConfig:
         hidden: ViT width C (1024).
         heads: attention heads H (16).
         head_dim: D = C / H (64).
-        head_dim_padded: D rounded up to a tile (heads are zero-padded on the device when
-            D is not a multiple of 32, e.g. the tiny test model's 16).
+        head_dim_padded: D rounded up to two tiles (64 for SAM 3's 64 and for the tiny test
+            model's 16): the fused rotary op swaps the two halves of a head a whole tile at a
+            time, so each half is zero-padded to a tile multiple (weights.py).
         intermediate: MLP width (4096).
         layers: number of blocks (32).
         global_layers: indexes of the blocks with global attention (7, 15, 23, 31).
@@ -78,7 +79,7 @@ class ImagePathConfig:
             hidden=backbone.hidden_size,
             heads=backbone.num_attention_heads,
             head_dim=head_dim,
-            head_dim_padded=round_up(head_dim, TILE),
+            head_dim_padded=round_up(head_dim, 2 * TILE),
             intermediate=backbone.intermediate_size,
             layers=backbone.num_hidden_layers,
             global_layers=tuple(backbone.global_attn_indexes),
@@ -143,7 +144,7 @@ class DeviceSettings:
         memory: where activations live (DRAM interleaved: correctness first; sharding the
             activations in L1 is the next step, and only a chip can show it pays).
         matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.
-        exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE rotation, norms).
+        exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE, norms).
         attention_chunk: q/k chunk of the fused attention; 64 divides 576 and 5184 tokens.
     """
 

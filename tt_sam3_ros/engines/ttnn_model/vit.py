@@ -14,18 +14,16 @@ from .config import DeviceSettings, ImagePathConfig
 from .layers import layer_norm, linear
 
 
-def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, rotation: Any, settings: DeviceSettings) -> Any:
-    """x * cos + rotate_pairwise(x) * sin on (B, H, S, Dp); rotate_pairwise as x @ R (weights.py)."""
-    rotated = ttnn.matmul(
-        heads, rotation, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
+def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, settings: DeviceSettings) -> Any:
+    """x * cos + rotate_half(x) * sin on (B, H, S, Dp) in one fused op; consumes `heads`.
+
+    The q and k columns are in half-half order (weights.py), so rotate_half computes SAM 3's
+    pairwise rotation; cos and sin are (1, 1, S, Dp) and broadcast over windows and heads.
+    """
+    out = ttnn.experimental.rotary_embedding(
+        heads, cos, sin, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
     )
-    straight = ttnn.mul(heads, cos, memory_config=settings.memory)
-    turned = ttnn.mul(rotated, sin, memory_config=settings.memory)
-    ttnn.deallocate(rotated)
     ttnn.deallocate(heads)
-    out = ttnn.add(straight, turned, memory_config=settings.memory)
-    ttnn.deallocate(straight)
-    ttnn.deallocate(turned)
     return out
 
 
@@ -33,7 +31,7 @@ def rope_attention(
     ttnn: Any,
     hidden: Any,
     w: dict[str, Any],
-    rope: tuple[Any, Any, Any],
+    rope: tuple[Any, Any],
     config: ImagePathConfig,
     settings: DeviceSettings,
     windowed: bool,
@@ -47,9 +45,9 @@ def rope_attention(
         qkv_batched, num_heads=config.heads, transpose_key=False, memory_config=settings.memory
     )
     ttnn.deallocate(qkv_batched)
-    cos, sin, rotation = rope
-    query = apply_rope(ttnn, query, cos, sin, rotation, settings)
-    key = apply_rope(ttnn, key, cos, sin, rotation, settings)
+    cos, sin = rope
+    query = apply_rope(ttnn, query, cos, sin, settings)
+    key = apply_rope(ttnn, key, cos, sin, settings)
     program = ttnn.SDPAProgramConfig(
         compute_with_storage_grid_size=ttnn.CoreCoord(*settings.grid),
         q_chunk_size=settings.attention_chunk,
@@ -80,7 +78,7 @@ def vit_layer(
     ttnn: Any,
     x: Any,
     w: dict[str, Any],
-    rope: tuple[Any, Any, Any],
+    rope: tuple[Any, Any],
     config: ImagePathConfig,
     settings: DeviceSettings,
     windowed: bool,
@@ -131,9 +129,10 @@ def layer_weights(weights: dict[str, Any], index: int) -> dict[str, Any]:
     return {name[len(prefix) :]: value for name, value in weights.items() if name.startswith(prefix)}
 
 
-def rope_for(weights: dict[str, Any], windowed: bool) -> tuple[Any, Any, Any]:
+def rope_for(weights: dict[str, Any], windowed: bool) -> tuple[Any, Any]:
+    """The (cos, sin) tables of a windowed or a global block."""
     kind = "window" if windowed else "global"
-    return weights[f"rope.{kind}.cos"], weights[f"rope.{kind}.sin"], weights["rope.rotation"]
+    return weights[f"rope.{kind}.cos"], weights[f"rope.{kind}.sin"]
 
 
 def sam3_vit_model(

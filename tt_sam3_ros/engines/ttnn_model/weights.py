@@ -2,13 +2,16 @@
 
 Preparation turns transformers' parameters into the layouts the device ops take:
 - linear weights transposed to (in, out), as ttnn.linear multiplies x @ W;
-- q, k, v fused into one (C, 3*H*Dp) matrix laid out [q heads | k heads | v heads], with each
-  head zero-padded from D to Dp (a tile multiple) when D is not one; the output projection
-  gets matching zero rows, so padding changes nothing numerically;
+- q, k, v fused into one (C, 3*H*Dp) matrix laid out [q heads | k heads | v heads], each head
+  zero-padded from D to Dp (two tiles, config.py) when D is not Dp; the output projection gets
+  matching zero rows, so padding changes nothing numerically;
+- the q and k columns of each head (and their biases) permuted from SAM 3's pairwise RoPE order
+  (x0 y0 x1 y1 ...) to half-half order (x0 x1 ... | y0 y1 ...), the form of the device's fused
+  rotary op (rotate_half); exact, since q.k is unchanged when both get the same permutation, and
+  the cos/sin tables are permuted the same way; v keeps its order;
 - the patch-embedding conv as a (3*p*p, C) matmul over host-flattened patches;
 - absolute position embeddings tiled to the token grid and sorted into window order;
-- RoPE cos/sin tables (window and global) in window order, and the pairwise rotation of
-  transformers' ``rotate_pairwise`` as a (Dp, Dp) matrix of 0 and +-1 (exact in any dtype);
+- RoPE cos/sin tables (window and global) in window order and half-half column order;
 - ConvTranspose2d(k=2, s=2) as a (Cin, 4*Cout) matmul whose outputs are (ky, kx, Cout), undone
   by a pixel shuffle;
 - the 3x3 convs kept in torch's (Cout, Cin, 3, 3) for ttnn.conv2d, which prepares them itself.
@@ -63,19 +66,36 @@ def _pad_heads(matrix: torch.Tensor, heads: int, head_dim: int, padded: int, axi
     return padded_values if axis == 1 else padded_values.t().contiguous()
 
 
-def rotation_matrix(head_dim: int, padded: int) -> torch.Tensor:
-    """R with x @ R == rotate_pairwise(x): out[2i] = -x[2i+1], out[2i+1] = x[2i]; (1, 1, Dp, Dp)."""
-    rotation = torch.zeros(padded, padded)
-    even = torch.arange(0, head_dim, 2)
-    rotation[even + 1, even] = -1.0
-    rotation[even, even + 1] = 1.0
-    return rotation.reshape(1, 1, padded, padded)
+def half_half_order(head_dim: int, padded: int) -> torch.Tensor:
+    """Source column of each of a head's `padded` columns in half-half order, -1 for padding.
+
+    rotate_pairwise pairs (2i, 2i+1); rotate_half pairs (i, padded/2 + i) and swaps whole tiles
+    on the device, so column i takes 2i and column padded/2 + i takes 2i+1, each half padded
+    with zeros to padded/2. Then rotate_half of the permuted vector is the permuted
+    rotate_pairwise, for any cos and sin permuted the same way.
+    """
+    source = torch.full((padded,), -1, dtype=torch.long)
+    half = head_dim // 2
+    source[:half] = torch.arange(0, head_dim, 2)
+    source[padded // 2 : padded // 2 + half] = torch.arange(1, head_dim, 2)
+    return source
+
+
+def _rope_heads(matrix: torch.Tensor, heads: int, head_dim: int, padded: int) -> torch.Tensor:
+    """(rows, H*D) columns of q or k -> (rows, H*Dp) with each head in half-half order."""
+    source = half_half_order(head_dim, padded)
+    shaped = matrix.reshape(matrix.shape[0], heads, head_dim)
+    ordered = torch.zeros(matrix.shape[0], heads, padded, dtype=matrix.dtype, device=matrix.device)
+    used = source >= 0
+    ordered[:, :, used] = shaped[:, :, source[used]]
+    return ordered.reshape(matrix.shape[0], heads * padded)
 
 
 def _rope_tables(
     layer: Any, config: ImagePathConfig, order: torch.Tensor | None
 ) -> tuple[HostWeight, HostWeight]:
-    """cos, sin of one layer's RoPE as (1, 1, seq, Dp), sorted into window order for global layers."""
+    """cos, sin of one layer's RoPE as (1, 1, seq, Dp) in half-half column order (zero padding),
+    sorted into window order for global layers."""
     with torch.no_grad():
         cos, sin = layer.rotary_emb(torch.zeros(1), layer.position_ids)
     tables = []
@@ -83,7 +103,7 @@ def _rope_tables(
         table = table.reshape(-1, config.head_dim).float()
         if order is not None:
             table = table[order]
-        table = torch.nn.functional.pad(table, (0, config.head_dim_padded - config.head_dim))
+        table = _rope_heads(table, 1, config.head_dim, config.head_dim_padded)
         tables.append(HostWeight(table.reshape(1, 1, -1, config.head_dim_padded), "param"))
     return tables[0], tables[1]
 
@@ -107,7 +127,6 @@ def prepare_vit(backbone: Any, config: ImagePathConfig) -> dict[str, HostWeight]
         ),
         "ln_pre.weight": _row(backbone.layer_norm.weight),
         "ln_pre.bias": _row(backbone.layer_norm.bias),
-        "rope.rotation": HostWeight(rotation_matrix(d, dp), "param"),
     }
     windowed = [i for i in range(config.layers) if not config.is_global(i)]
     global_ = [i for i in range(config.layers) if config.is_global(i)]
@@ -119,14 +138,11 @@ def prepare_vit(backbone: Any, config: ImagePathConfig) -> dict[str, HostWeight]
         weights["rope.global.cos"], weights["rope.global.sin"] = cos, sin
     for index, layer in enumerate(backbone.layers):
         attention = layer.attention
-        qkv_w = [
-            _pad_heads(_linear(p.weight).values, h, d, dp, axis=1)
-            for p in (attention.q_proj, attention.k_proj, attention.v_proj)
-        ]
-        qkv_b = [
-            _pad_heads(p.bias.detach().float().reshape(1, -1), h, d, dp, axis=1)
-            for p in (attention.q_proj, attention.k_proj, attention.v_proj)
-        ]
+        q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
+        qkv_w = [_rope_heads(_linear(p.weight).values, h, d, dp) for p in (q, k)]
+        qkv_w.append(_pad_heads(_linear(v.weight).values, h, d, dp, axis=1))
+        qkv_b = [_rope_heads(p.bias.detach().float().reshape(1, -1), h, d, dp) for p in (q, k)]
+        qkv_b.append(_pad_heads(v.bias.detach().float().reshape(1, -1), h, d, dp, axis=1))
         prefix = f"layers.{index}."
         weights.update(
             {
