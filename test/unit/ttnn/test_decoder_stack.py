@@ -3,6 +3,8 @@ Sam3DetrDecoder in float32: the glue between layers (reference boxes, the sine q
 the box relative-position bias computed on the device from each layer's boxes, the box
 refinement, the presence token) as well as the layers.
 
+Full size runs all 6 layers (marked slow: about 2 minutes for both tests on 2 quiet cores).
+
 Gate, for every layer: PCC >= 0.99 of the output-normed queries and of the refined boxes
 (Sam3Model's pred_boxes, cxcywh), presence logits within 0.1. Negative controls run the same
 gate and must fail it: the refinement dropped (box head zeroed), and every layer's box bias
@@ -21,6 +23,8 @@ SIDE = 72
 #: At unit gain the box bias has std ~0.6 over 5184 keys and barely moves the vision attention
 #: (a bias from stale boxes then passes the gate); x6 gives std ~3.4, so the boxes steer it.
 RPB_GAIN = 6.0
+#: SAM 3's depth: the whole stack at full size.
+FULL_LAYERS = 6
 
 
 def reference(decoder, inputs: dict) -> dict:
@@ -198,20 +202,24 @@ def test_box_bias_matches_transformers(ttnn):
 def full_case():
     from transformers import Sam3Config
 
-    decoder = full_size_decoder(layers=2)
+    decoder = full_size_decoder(layers=FULL_LAYERS)
     inputs = case_inputs(decoder, batch=1, seed=11)
     return decoder, inputs, reference(decoder, inputs), scoring_config_for(decoder, Sam3Config())
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_full_size_decoder_stack_matches_transformers(ttnn, full_case):
     decoder, inputs, want, scoring_config = full_case
     got = run_stack(Chip(ttnn), decoder, scoring_config, inputs)
-    assert got["queries"].shape == want["queries"].shape == (2, 1, 200, 256)
+    assert got["queries"].shape == want["queries"].shape == (FULL_LAYERS, 1, 200, 256)
     moved = float((want["boxes"][-1] - want["boxes"][0]).abs().mean())
-    print(report("full-size decoder, 2 layers", got, want) + f" (boxes move {moved:.3f} between layers)")
+    print(report(f"full-size decoder, {FULL_LAYERS} layers", got, want) + f" (boxes move {moved:.3f})")
     assert not gate(got, want)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_full_size_decoder_negative_controls_fail_the_gate(ttnn, full_case, monkeypatch):
     from tt_sam3_ros.engines.ttnn_model import decoder as device_decoder
     from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig
