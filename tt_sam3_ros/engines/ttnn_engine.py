@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from ..prompts import MAX_PROMPTS
 from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from .base import DecodedBatch, EngineError
 from .ttnn_model import neck
@@ -43,6 +44,7 @@ from .ttnn_model.device import (
     ttnn_version,
 )
 from .ttnn_model.image_encoder import ChipImageEncoder
+from .ttnn_model.prompt_path import ChipPromptPath
 from .ttnn_model.weights import fingerprint, prepare_neck, prepare_vit
 
 __all__ = [
@@ -129,7 +131,11 @@ class TtnnEngine:
         dispatch: "auto" (default: Ethernet dispatch when the installed build can open it, else
             worker, tt-metal's Blackhole default), "worker", or "ethernet" (tried, with a fallback
             to worker dispatch); see open_blackhole.
-        prompt_path: the prompt path to use instead of host_prompt_path(model, tokenizer, dtype).
+        prompt_path: "host" (default: host_prompt_path(model, tokenizer, dtype)), "chip" (the
+            ported stages on the chip, the rest on the host: ttnn_model/prompt_path.py), or a
+            PromptPath object.
+        max_prompts: the most prompts one decode takes (the chip prompt path compiles a bucket
+            of prompt counts up to it at warm-up).
     """
 
     name = "ttnn"
@@ -150,7 +156,8 @@ class TtnnEngine:
         l1_small_size: int = DEFAULT_L1_SMALL,
         trace_region_size: int = DEFAULT_TRACE_REGION,
         dispatch: str = "auto",
-        prompt_path: PromptPath | None = None,
+        prompt_path: PromptPath | str = "host",
+        max_prompts: int = MAX_PROMPTS,
     ) -> None:
         if tuple(mesh_shape) != (1, 1):
             raise EngineError(
@@ -196,11 +203,32 @@ class TtnnEngine:
             self._check_single_chip()
             self.image_encoder.upload(host_weights, cache_dir)
             del host_weights  # the chip holds the image path now; nothing here keeps the host's ViT
-            self.prompt_path = prompt_path or host_prompt_path(model, tokenizer, dtype)
+            self.prompt_path = self._prompt_path(prompt_path, model, tokenizer, dtype, max_prompts)
             self._position_encodings = self._neck_position_encodings(model)
         except BaseException:
             self.close()
             raise
+
+    def _prompt_path(
+        self, choice: PromptPath | str, model: Any, tokenizer: Any, dtype: str | None, max_prompts: int
+    ) -> PromptPath:
+        if not isinstance(choice, str):
+            return choice
+        if choice == "host":
+            return host_prompt_path(model, tokenizer, dtype)
+        if choice == "chip":
+            encoder = self.image_encoder
+            return ChipPromptPath(
+                self.ttnn,
+                encoder.device,
+                encoder.settings,
+                model,
+                host_prompt_path(model, tokenizer, "float32"),
+                encoder._matmul_dtype,
+                encoder._param_dtype,
+                max_prompts,
+            )
+        raise EngineError(f"prompt_path {choice!r} is not one of host, chip, or a PromptPath")
 
     # the parts, for tests and tools --------------------------------------------------------------
     @property
@@ -244,7 +272,12 @@ class TtnnEngine:
         The chip runs the image path (encode_vision); the prompt path derives its per-image
         state from the features read back.
         """
-        return self._require_prompt_path().image_features(self.encode_vision(pixel_values))
+        outputs = self._run_image_path(pixel_values)
+        vision = self._vision_output(outputs)
+        path = self._require_prompt_path()
+        if getattr(path, "reads_device_levels", False):
+            return path.image_features(vision, outputs)
+        return path.image_features(vision)
 
     def encode_vision(self, pixel_values: np.ndarray) -> Any:
         """float32 (1, 3, S, S) normalised pixels -> transformers' Sam3VisionEncoderOutput on the host.
@@ -254,13 +287,20 @@ class TtnnEngine:
         once); last_hidden_state is not read back (nothing downstream uses it, and it would cost
         a 10 MB device read per frame).
         """
-        from transformers.models.sam3.modeling_sam3 import Sam3VisionEncoderOutput
+        return self._vision_output(self._run_image_path(pixel_values))
 
+    def _run_image_path(self, pixel_values: np.ndarray) -> list[Any]:
+        """One replay of the image trace: the four FPN maps as device tensors (until the next)."""
         self._require_open()
         side = self.config.image_side
         if pixel_values.shape != (1, 3, side, side):
             raise EngineError(f"pixel_values must be (1, 3, {side}, {side}), got {pixel_values.shape}")
-        outputs = self.image_encoder.run(self._host_input(pixel_values))
+        return self.image_encoder.run(self._host_input(pixel_values))
+
+    def _vision_output(self, outputs: list[Any]) -> Any:
+        """The device maps read back as transformers' Sam3VisionEncoderOutput."""
+        from transformers.models.sam3.modeling_sam3 import Sam3VisionEncoderOutput
+
         features = tuple(
             self._read_level(tensor, level_side)
             for tensor, level_side in zip(outputs, neck.level_sides(self.config), strict=True)
@@ -287,9 +327,21 @@ class TtnnEngine:
 
         Call before serving: the node reports ready only after it.
         """
+        self.compile_prompt_path()
         pixels = self.warmup_image_path()
         decoded = self.decode(self.encode_image(pixels), self.encode_prompts(["object"]))
         self.fetch_masks(decoded, np.array([0]), np.array([0]))
+
+    def compile_prompt_path(self) -> None:
+        """Before the image trace is captured, compile every program the chip prompt path can
+        run (one eager pass per prompt-count bucket on an eager image): a program compiled after
+        a capture may sit where its replay writes. Nothing to do for a host prompt path."""
+        path = self._require_prompt_path()
+        if not getattr(path, "reads_device_levels", False) or self.image_encoder.captured:
+            return
+        side = self.config.image_side
+        outputs = self.image_encoder.run_eager(self._host_input(np.zeros((1, 3, side, side), np.float32)))
+        path.compile(path.image_features(self._vision_output(outputs), outputs))
 
     def warmup_image_path(self) -> np.ndarray:
         """The chip's part of warmup: compile every program and capture the trace (on a grey image,
@@ -303,18 +355,18 @@ class TtnnEngine:
         return pixels
 
     def close(self) -> None:
-        """Release the chip (trace, buffers, device) and the prompt path; idempotent, and the
-        prompt path is closed even when releasing the chip fails."""
+        """Release the prompt path (its device buffers first), then the chip (trace, buffers,
+        device); idempotent, and the chip is released even when closing the prompt path fails."""
         if self._closed:
             return
         self._closed = True
         try:
+            if self.prompt_path is not None:
+                self.prompt_path.close()
+        finally:
             encoder = getattr(self, "image_encoder", None)
             if encoder is not None:
                 encoder.close()
-        finally:
-            if self.prompt_path is not None:
-                self.prompt_path.close()
 
     def __enter__(self) -> TtnnEngine:
         return self

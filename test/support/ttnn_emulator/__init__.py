@@ -18,6 +18,7 @@ from ._numerics import quantize, quantize_bfloat8_b
 from ._ops import (
     add,
     clamp,
+    clone,
     concatenate_heads,
     conv2d,
     copy,

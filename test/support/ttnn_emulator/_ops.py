@@ -511,6 +511,23 @@ def repeat(
     return _host_or_device("repeat", input_tensor, dict(repeat_dims=times, memory_config=memory_config), make)
 
 
+def clone(
+    input: Tensor,
+    *,
+    dtype: DataType | None = None,
+    memory_config: MemoryConfig | None = None,
+    compute_kernel_config: Any = None,
+) -> Tensor:
+    """A copy in a new buffer (the layout kept), unlike a repeat by ones, which returns its input."""
+    if dtype == DataType.BFLOAT8_B and input.layout != Layout.TILE:
+        raise EmulatorError("clone: bfloat8_b needs TILE layout")
+
+    def make() -> Tensor:
+        return _new(input.read(), input, dtype, memory_config=memory_config)
+
+    return _host_or_device("clone", input, dict(dtype=dtype, memory_config=memory_config), make)
+
+
 def to_layout(
     tensor: Tensor,
     layout: Layout,

@@ -838,3 +838,12 @@ def test_core_range_sets_are_hashable_however_they_are_built(ttnn):
 def test_misspelled_keywords_are_refused(ttnn, device, call):
     with pytest.raises(TypeError, match="unexpected keyword"):
         call(ttnn, _dev(ttnn, device, torch.randn(32, 32)))
+
+
+def test_clone_copies_into_a_new_buffer(ttnn, device):
+    x = ttnn.from_torch(torch.randn(1, 64, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+    copy = ttnn.clone(x)
+    ttnn.deallocate(x)
+    assert copy.is_allocated() and tuple(copy.shape) == (1, 64, 32)
+    with pytest.raises(ttnn.EmulatorError, match="bfloat8_b needs TILE"):
+        ttnn.clone(ttnn.to_layout(copy, ttnn.ROW_MAJOR_LAYOUT), dtype=ttnn.bfloat8_b)

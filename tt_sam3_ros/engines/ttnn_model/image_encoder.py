@@ -136,6 +136,11 @@ class ChipImageEncoder:
                 self.capture(host_input)
             assert self._trace is not None
             return self._trace.run(host_input)
+        return self.run_eager(host_input)
+
+    def run_eager(self, host_input: Any) -> list[Any]:
+        """One frame without the trace (each op dispatched): what compiles every program before a
+        capture; the outputs are valid until the next run."""
         for tensor in self._eager_outputs:
             self.ttnn.deallocate(tensor)
         patches = self.ttnn.to_device(host_input, self.device, memory_config=self.ttnn.DRAM_MEMORY_CONFIG)
