@@ -4,8 +4,9 @@ The modules (ttnn_model/geometry_encoder.py, fusion_encoder.py, decoder.py, scor
 segmentation_head.py) are not wired into the engine yet, so this runner calls each one as the engine
 will: the geometry encoder's class token (once per image: batch 1 whatever --batch says), one
 fusion-encoder layer, one decoder layer, the whole decoder stack with its glue (query positions,
-box bias, refinement, presence), the scoring and the segmentation head's pieces (its pixel
-decoder from 72 x 72 to 288 x 288 included), on zero-valued device tensors of the real shapes
+box bias, refinement, presence), the scoring, the segmentation head's pieces (its pixel decoder
+from 72 x 72 to 288 x 288 included) and the on-device selection (top-k of the scores, the kept
+rows gathered, their mask logits only), on zero-valued device tensors of the real shapes
 (nothing computes on the mock; numerics are the emulator's job). The decoder stack's stages also
 run once under a NO_DISPATCH graph capture, for their per-core peak L1 (the report's "peaks").
 The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
@@ -36,12 +37,14 @@ sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
 from ttnn_mock import toolchain  # noqa: E402 - after the path set-up above
 
+#: Kept instances in the selection check: the node's default max_instances (config/sam3.yaml).
+MAX_INSTANCES = 50
 #: Sizes of the check: SAM 3 itself and the tiny test model.
 SIZES = ("full", "tiny")
 #: The image-token grid (72 x 72) at both sizes: the input stays 1008 x 1008.
 GRID_SIDE = 72
 #: Stages whose per-core peaks (NO_DISPATCH graph capture) the report carries.
-PEAK_STAGES = ("query_position", "box_bias", "decoder_stack")
+PEAK_STAGES = ("query_position", "box_bias", "decoder_stack", "pixel_decoder", "kept_mask_logits")
 
 
 def write_manifest(size: str, path: Path) -> Path:
@@ -114,6 +117,7 @@ def _import_modules() -> types.SimpleNamespace:
             prompt_config,
             scoring,
             segmentation_head,
+            selection,
         )
     finally:
         if sys.modules.get("torch") is stand_in:
@@ -127,6 +131,7 @@ def _import_modules() -> types.SimpleNamespace:
         prompt_config=prompt_config,
         scoring=scoring,
         segmentation_head=segmentation_head,
+        selection=selection,
     )
 
 
@@ -227,6 +232,31 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
                 ttnn, stack_inputs, stack_w, stack_config, settings, scoring_config
             ).boxes[-1],
         }
+
+        def kept_mask_logits() -> Any:
+            """Top-k of the scores, the kept queries and boxes gathered, their mask logits only."""
+            sel = m.selection
+            k = sel.kept_count(MAX_INSTANCES, manifest["queries"])
+            values, indices, kept = sel.top_queries(
+                ttnn, zeros((b, q, 1)), zeros((1, 1, q)), k, 0.5, settings
+            )
+            one_hot = sel.selection_matrix(ttnn, indices, zeros((1, 1, q)), settings)
+            boxes = sel.gather_rows(ttnn, one_hot, zeros((b, q, 4)), settings)
+            queries = sel.gather_rows(ttnn, one_hot, zeros((b, q, c)), settings)
+            embeddings = m.segmentation_head.mask_embeddings(ttnn, queries, head_w, settings)
+            logits = m.segmentation_head.mask_logits(
+                ttnn, embeddings, zeros((b, pixels, c)), head_w, settings
+            )
+            report["selection_shapes"] = {
+                "k": k,
+                "values": list(values.shape),
+                "indices": list(indices.shape),
+                "indices_dtype": str(indices.dtype),
+                "kept": list(kept.shape),
+                "boxes": list(boxes.shape),
+            }
+            return logits
+
         steps = {
             "geometry_class_token": lambda: m.geometry_encoder.class_token(
                 ttnn, zeros((1, 1, s, c)), geometry_w, geometry, settings
@@ -281,6 +311,7 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
                 settings,
             ),
             **stages,
+            "kept_mask_logits": kept_mask_logits,
         }
         for name, step in steps.items():
             try:
@@ -289,7 +320,7 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
                 ttnn.deallocate(out)
             except Exception as error:
                 report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
-        report["peaks"] = {name: _per_core_peaks(ttnn, stages[name]) for name in PEAK_STAGES}
+        report["peaks"] = {name: _per_core_peaks(ttnn, steps[name]) for name in PEAK_STAGES}
     finally:
         ttnn.close_device(device)
 

@@ -23,8 +23,10 @@ from ._ops import (
     conv2d,
     copy,
     create_group_norm_input_mask,
+    eq,
     gelu,
     group_norm,
+    gt,
     layer_norm,
     linear,
     log1p,
@@ -43,6 +45,7 @@ from ._ops import (
     split_query_key_value_and_split_heads,
     to_layout,
     to_memory_config,
+    topk,
     typecast,
     upsample,
 )
@@ -116,6 +119,7 @@ bfloat16 = DataType.BFLOAT16
 float32 = DataType.FLOAT32
 bfloat8_b = DataType.BFLOAT8_B
 uint8 = DataType.UINT8
+uint16 = DataType.UINT16
 uint32 = DataType.UINT32
 int32 = DataType.INT32
 TILE_LAYOUT = Layout.TILE

@@ -63,6 +63,7 @@ def quantize_bfloat8_b(values: torch.Tensor) -> torch.Tensor:
 #: The integer dtypes and the values they hold.
 INTEGER_RANGES = {
     DataType.UINT8: (0, 255),
+    DataType.UINT16: (0, 2**16 - 1),
     DataType.UINT32: (0, 2**32 - 1),
     DataType.INT32: (-(2**31), 2**31 - 1),
 }
@@ -94,6 +95,7 @@ def to_torch_dtype(dtype: DataType) -> torch.dtype:
         DataType.BFLOAT16: torch.bfloat16,
         DataType.BFLOAT8_B: torch.float32,
         DataType.UINT8: torch.uint8,
+        DataType.UINT16: torch.int32,
         DataType.UINT32: torch.int32,
         DataType.INT32: torch.int32,
     }[dtype]

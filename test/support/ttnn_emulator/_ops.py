@@ -1192,3 +1192,75 @@ def relu(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None) -> 
         return [_new(F.relu(input_tensor.read()), input_tensor, memory_config=memory_config)]
 
     return _launch("relu", [input_tensor], dict(memory_config=memory_config), compute)[0]
+
+
+# selection: topk, comparisons ------------------------------------------------------
+def topk(
+    input_tensor: Tensor,
+    k: int = 32,
+    dim: int = -1,
+    largest: bool = True,
+    sorted: bool = True,
+    *,
+    memory_config: MemoryConfig | None = None,
+) -> list[Tensor]:
+    """[values, indices] of the k largest (or smallest) along `dim`, TILE; indices UINT16 (UINT32
+    for a float32 input or a dimension over 65535). The device's rules: a TILE input (it fills the
+    tile padding first) in bfloat16, bfloat8_b or float32, 1 <= k <= the dimension, interleaved
+    output. Ties: the device's bitonic sort and torch may order equal values differently."""
+    name = "topk"
+    _require_tile(name, input_tensor)
+    shape = input_tensor.shape
+    if not -shape.rank <= dim < shape.rank:
+        raise EmulatorError(f"{name}: dim {dim} out of range for {list(shape)}")
+    if input_tensor.dtype not in (DataType.BFLOAT16, DataType.BFLOAT8_B, DataType.FLOAT32):
+        raise EmulatorError(f"{name}: input must be bfloat16, bfloat8_b or float32")
+    if not 1 <= k <= shape[dim]:
+        raise EmulatorError(f"{name}: k {k} must be in [1, {shape[dim]}]")
+    if memory_config is not None and memory_config.is_sharded():
+        raise EmulatorError(f"{name}: sharded outputs are not supported")
+    wide = input_tensor.dtype == DataType.FLOAT32 or input_tensor.padded_shape[dim] > 65535
+    index_dtype = DataType.UINT32 if wide else DataType.UINT16
+
+    def compute() -> list[Tensor]:
+        values, indices = torch.topk(input_tensor.read(), k, dim=dim, largest=largest, sorted=sorted)
+        return [
+            _new(values, input_tensor, memory_config=memory_config),
+            _new(indices, input_tensor, index_dtype, memory_config=memory_config),
+        ]
+
+    params = dict(k=k, dim=dim, largest=largest, sorted=sorted, memory_config=memory_config)
+    return _launch(name, [input_tensor], params, compute)
+
+
+def _compare(name: str, fn: Callable, a: Any, b: Any, dtype: DataType | None, memory_config: Any) -> Tensor:
+    """1.0 where fn(a, b) holds, else 0.0. The device pairs integer with integer operands only."""
+    if (
+        isinstance(a, Tensor)
+        and isinstance(b, Tensor)
+        and (a.dtype in _numerics.INTEGER_RANGES) != (b.dtype in _numerics.INTEGER_RANGES)
+    ):
+        raise EmulatorError(f"{name}: {a.dtype.name} and {b.dtype.name} operands are not a supported pair")
+    return _binary(name, lambda x, y: fn(x, y).float(), a, b, dtype, memory_config)
+
+
+def eq(
+    input_tensor_a: Any,
+    input_tensor_b: Any,
+    *,
+    dtype: DataType | None = None,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    return _compare("eq", torch.eq, input_tensor_a, input_tensor_b, dtype, memory_config)
+
+
+def gt(
+    input_tensor_a: Tensor,
+    input_tensor_b: Any,
+    *,
+    dtype: DataType | None = None,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    if not isinstance(input_tensor_a, Tensor):
+        raise EmulatorError("gt: the first operand must be a tensor")
+    return _compare("gt", torch.gt, input_tensor_a, input_tensor_b, dtype, memory_config)

@@ -86,6 +86,7 @@ _ELEMENT_BYTES = {
     DataType.BFLOAT16: 2,
     DataType.BFLOAT8_B: 1.0625,
     DataType.UINT8: 1,
+    DataType.UINT16: 2,
     DataType.UINT32: 4,
     DataType.INT32: 4,
 }

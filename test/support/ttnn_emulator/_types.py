@@ -19,13 +19,14 @@ TILE_SIZE = 32
 
 class DataType(enum.Enum):
     """Element types the project uses (ttnn's values); BFLOAT8_B is block float (16 values share
-    one exponent); UINT8 holds the camera's pixels, uploaded as they are."""
+    one exponent); UINT8 holds the camera's pixels, uploaded as they are; UINT16 is ttnn.topk's indices."""
 
     BFLOAT16 = 0
     FLOAT32 = 1
     UINT32 = 2
     BFLOAT8_B = 3
     UINT8 = 5
+    UINT16 = 6
     INT32 = 7
 
 

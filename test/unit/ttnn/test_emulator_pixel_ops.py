@@ -1,4 +1,4 @@
-"""The emulator's pixel-decoder ops against torch, and the refusals the real library
+"""The emulator's pixel-decoder and selection ops against torch, and the refusals the real library
 showed on a mock p150a (tools/ttnn_mock; each refused case below was refused there too)."""
 
 from __future__ import annotations
@@ -120,3 +120,33 @@ def test_group_norm_without_a_mask_writes_one_so_a_trace_cannot_hold_it(ttnn, de
     with pytest.raises(ttnn.EmulatorError):
         ttnn.group_norm(tiles, num_groups=8, weight=weight, bias=bias, inplace=False)
     assert trace is not None
+
+
+# topk and comparisons -----------------------------------------------------------------------
+def test_topk_returns_sorted_values_and_uint16_indices(ttnn, device):
+    x = _bf16(torch.randn(2, 1, 224))
+    values, indices = ttnn.topk(_dev(ttnn, device, x), 50, dim=-1, largest=True, sorted=True)
+    want_values, want_indices = torch.topk(x, 50)
+    assert (
+        values.dtype == ttnn.bfloat16 and indices.dtype == ttnn.uint16 and tuple(indices.shape) == (2, 1, 50)
+    )
+    assert torch.equal(ttnn.to_torch(values).float(), want_values)
+    assert torch.equal(ttnn.to_torch(indices).long(), want_indices)
+
+
+def test_topk_and_eq_refuse_what_the_library_refuses(ttnn, device):
+    scores = torch.zeros(1, 1, 32)
+    with pytest.raises(ttnn.EmulatorError):
+        ttnn.topk(_dev(ttnn, device, scores, ttnn.ROW_MAJOR_LAYOUT), 5)
+    with pytest.raises(ttnn.EmulatorError, match="k 50"):
+        ttnn.topk(_dev(ttnn, device, scores), 50)
+    _, indices = ttnn.topk(_dev(ttnn, device, scores), 5)
+    with pytest.raises(ttnn.EmulatorError, match="not a supported pair"):
+        ttnn.eq(indices, _dev(ttnn, device, torch.zeros(1, 1, 5)))
+
+
+def test_eq_broadcasts_a_column_against_a_row_into_a_one_hot(ttnn, device):
+    column = _dev(ttnn, device, torch.tensor([[[3.0], [0.0]]]))
+    row = _dev(ttnn, device, torch.arange(5.0).reshape(1, 1, 5))
+    got = ttnn.to_torch(ttnn.eq(column, row)).float()
+    assert torch.equal(got, torch.tensor([[[0.0, 0, 0, 1, 0], [1, 0, 0, 0, 0]]]))

@@ -36,6 +36,7 @@ MODULES = {
     "query_position",
     "box_bias",
     "decoder_stack",
+    "kept_mask_logits",
 }
 
 
@@ -88,6 +89,16 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     assert columns["ours"] == columns["library"], columns
     grids = report["group_norm_grids"]
     assert all(g["ours"] == g["library"] for g in grids.values()), grids
+    kept = min(prompt_layers.MAX_INSTANCES, 200 if size == "full" else 20)
+    assert report["modules"]["kept_mask_logits"]["shape"] == [batch, kept, 288 * 288]
+    assert report["selection_shapes"] == {
+        "k": kept,
+        "values": [batch, 1, kept],
+        "indices": [batch, 1, kept],
+        "indices_dtype": "DataType.UINT16",
+        "kept": [batch, 1, kept],
+        "boxes": [batch, kept, 4],
+    }
     print(
         f"{size}, {batch} prompt(s), on {grid} {report['grid']}: "
         + ", ".join(f"{k} {v['shape']}" for k, v in report["modules"].items())

@@ -1,0 +1,96 @@
+"""On-device selection (issue 12): threshold and top-k of the detection scores, and the kept rows.
+
+The decoder's rows are the presence token (row 0), the queries (rows 1..Q) and tile padding; the
+scores come from scoring.detection_scores as (B, rows, 1). Here, all on the chip:
+- ``top_queries``: the scores as one row per prompt, the presence and padding rows pushed below
+  every real score by a constant additive row (``candidate_row``), ttnn.topk (k = max_instances,
+  sorted, largest first) and the threshold test (score > threshold, the upstream rule) as 0/1
+  flags;
+- ``selection_matrix``: a (B, k, rows) one-hot matrix built from the top-k indices (typecast to
+  bfloat16, exact for rows <= 256, compared with a constant 0..rows-1 row);
+- ``gather_rows``: that matrix times any per-row tensor (the queries before the mask embedder, the
+  boxes), exact at HiFi4 since every output is one value times 1.
+So the mask-logit product runs on k rows instead of rows, and only k boxes, k scores and k
+288 x 288 logit maps need to cross PCIe. Kept rows are a sorted prefix: the host reads the k
+scores and flags, and uses the rows whose flag is set (the trace has a fixed k, so the logits of
+rows below the threshold are computed too, and the host drops them).
+
+Shapes (TILE, DRAM interleaved): scores (B, rows, 1) bfloat16; candidates and row index
+(1, 1, rows) bfloat16; values, flags (B, 1, k) bfloat16; indices (B, 1, k) uint16, in decoder
+rows (query number + 1); selection (B, k, rows) bfloat16.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .config import DeviceSettings
+
+#: Added to the score of a row that is not a query: detection scores lie in [0, 1], so such a row
+#: sorts below every query and fails every threshold >= 0 (exact in bfloat16).
+NOT_A_QUERY = -2.0
+#: Rows a bfloat16 index can name exactly (integers up to 2^8).
+MAX_ROWS = 256
+
+
+def kept_count(max_instances: int, queries: int) -> int:
+    """The k of the top-k: max_instances, but no more than there are queries (ttnn.topk refuses a
+    k above the row count, and the rows past the queries are never candidates)."""
+    if max_instances < 1:
+        raise ValueError(f"max_instances must be at least 1, got {max_instances}")
+    return min(max_instances, queries)
+
+
+def candidate_row(rows: int, first: int, count: int) -> torch.Tensor:
+    """Host side: (1, 1, rows) additive row, 0 on the query rows [first, first + count),
+    NOT_A_QUERY on the others (the presence token, the tile padding)."""
+    row = torch.full((1, 1, rows), NOT_A_QUERY)
+    row[..., first : first + count] = 0.0
+    return row
+
+
+def row_index(rows: int) -> torch.Tensor:
+    """Host side: (1, 1, rows) with value r at row r, the comparand of the one-hot selection."""
+    if rows > MAX_ROWS:
+        raise ValueError(f"{rows} rows: a bfloat16 index names rows exactly only up to {MAX_ROWS}")
+    return torch.arange(rows, dtype=torch.float32).reshape(1, 1, rows)
+
+
+def top_queries(
+    ttnn: Any, scores: Any, candidates: Any, k: int, threshold: float, settings: DeviceSettings
+) -> tuple[Any, Any, Any]:
+    """(values, indices, kept) of the k best query rows per prompt, best first; leaves inputs.
+
+    `kept` is 1.0 where value > threshold. Equal scores may come out in either order."""
+    row = ttnn.permute(scores, (0, 2, 1), memory_config=settings.memory)
+    masked = ttnn.add(row, candidates, memory_config=settings.memory)
+    ttnn.deallocate(row)
+    values, indices = ttnn.topk(masked, k, dim=-1, largest=True, sorted=True, memory_config=settings.memory)
+    ttnn.deallocate(masked)
+    kept = ttnn.gt(values, threshold, memory_config=settings.memory)
+    return values, indices, kept
+
+
+def selection_matrix(ttnn: Any, indices: Any, rows: Any, settings: DeviceSettings) -> Any:
+    """One-hot (B, k, rows): entry (b, j, r) is 1 where indices[b, 0, j] == r; leaves inputs.
+
+    `rows` is the device copy of row_index."""
+    as_values = ttnn.typecast(indices, ttnn.bfloat16, memory_config=settings.memory)
+    column = ttnn.permute(as_values, (0, 2, 1), memory_config=settings.memory)
+    ttnn.deallocate(as_values)
+    out = ttnn.eq(column, rows, memory_config=settings.memory)
+    ttnn.deallocate(column)
+    return out
+
+
+def gather_rows(ttnn: Any, selection: Any, values: Any, settings: DeviceSettings) -> Any:
+    """selection @ values: (B, k, rows) x (B, rows, N) -> (B, k, N), the kept rows; exact."""
+    return ttnn.matmul(
+        selection,
+        values,
+        dtype=ttnn.bfloat16,
+        memory_config=settings.memory,
+        compute_kernel_config=settings.exact_kernel,
+    )
