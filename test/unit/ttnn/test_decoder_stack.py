@@ -67,7 +67,9 @@ def case_inputs(decoder, batch: int, seed: int) -> dict:
     }
 
 
-def run_stack(chip: Chip, decoder, scoring_config, inputs: dict, host: dict | None = None) -> dict:
+def run_stack(
+    chip: Chip, decoder, scoring_config, inputs: dict, host: dict | None = None, all_layers: bool = True
+) -> dict:
     """The device's per-layer queries, boxes and presence logits, cut to transformers' shapes."""
     from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
     from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig, DecoderStackInputs, decoder_stack
@@ -84,7 +86,8 @@ def run_stack(chip: Chip, decoder, scoring_config, inputs: dict, host: dict | No
         vision=vision,
         vision_keyed=chip.ttnn.add(vision, chip.tensor(inputs["vision_pos"])),
     )
-    out = decoder_stack(chip.ttnn, stack_inputs, chip.weights(host), config, chip.settings, scoring_config)
+    w = chip.weights(host)
+    out = decoder_stack(chip.ttnn, stack_inputs, w, config, chip.settings, scoring_config, all_layers)
     real = slice(1, 1 + config.queries)
     return {
         "queries": torch.stack([chip.read(q)[:, real] for q in out.queries]),
@@ -141,6 +144,23 @@ def test_tiny_model_decoder_matches_transformers(ttnn, batch):
     assert got["boxes"].shape == want["boxes"].shape
     print(report(f"tiny decoder, {batch} prompt(s)", got, want))
     assert not gate(got, want)
+
+
+def test_last_layer_only_gives_the_last_layers_results(ttnn):
+    """all_layers=False: the last layer's results only, exactly as the full run gives them."""
+    from tt_sam3_ros.tiny_model import build_tiny_sam3, tiny_sam3_config
+
+    decoder = build_tiny_sam3().detr_decoder
+    decoder.config._attn_implementation = "eager"
+    inputs = case_inputs(decoder, 1, seed=3)
+    scoring_config = scoring_config_for(decoder, tiny_sam3_config())
+    chip = Chip(ttnn)
+    every = run_stack(chip, decoder, scoring_config, inputs)
+    last = run_stack(chip, decoder, scoring_config, inputs, all_layers=False)
+    assert every["queries"].shape[0] == decoder.config.num_layers > 1
+    for name in ("queries", "boxes", "presence"):
+        assert last[name].shape[0] == 1, name
+        assert torch.equal(last[name][0], every[name][-1]), name
 
 
 def full_size_decoder(layers: int, seed: int = 0):

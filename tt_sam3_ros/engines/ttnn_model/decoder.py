@@ -355,12 +355,14 @@ def decoder_stack(
     config: DecoderStackConfig,
     settings: DeviceSettings,
     presence: ScoringConfig | None = None,
+    all_layers: bool = True,
 ) -> DecoderStackOutputs:
     """Sam3DetrDecoder: config.layers decoder layers with the glue between them (module doc).
 
     `w` is prepare_decoder's upload; `presence` (scoring's config) adds each layer's presence
     logits to the outputs, as transformers returns them (the engine needs only the last, which
-    scoring.presence_logits(outputs.hidden) gives).
+    scoring.presence_logits(outputs.hidden) gives). `all_layers` False keeps only the last
+    layer's queries, boxes and presence (lists of one), freeing the others as it goes.
     """
     batch, limit = inputs.text.shape[0], config.logit_limit
     hidden = _initial_hidden(ttnn, w, batch, settings)
@@ -368,6 +370,7 @@ def decoder_stack(
     boxes = ttnn.sigmoid(logits, memory_config=settings.memory)
     outputs = DecoderStackOutputs()
     for index in range(config.layers):
+        last = index == config.layers - 1
         layer_inputs = DecoderInputs(
             query_pos=query_position(ttnn, boxes, w, settings),
             self_mask=w["self_mask"],
@@ -377,8 +380,8 @@ def decoder_stack(
             vision_keyed=inputs.vision_keyed,
             box_bias=box_bias(ttnn, boxes, w, config, settings),
         )
-        if index == 0:
-            ttnn.deallocate(boxes)  # the initial boxes are no layer's output
+        if index == 0 or not all_layers:
+            ttnn.deallocate(boxes)  # the initial boxes, or an earlier layer's nobody keeps
         hidden = decoder_layer(
             ttnn, hidden, layer_inputs, sub_weights(w, f"layers.{index}."), config.layer, settings
         )
@@ -390,12 +393,15 @@ def decoder_stack(
         ttnn.deallocate(delta)
         ttnn.deallocate(logits)
         boxes = ttnn.sigmoid(refined, memory_config=settings.memory)
-        logits = ttnn.clamp(refined, -limit, limit, memory_config=settings.memory)
+        if not last:
+            logits = ttnn.clamp(refined, -limit, limit, memory_config=settings.memory)
         ttnn.deallocate(refined)
+        if not (all_layers or last):
+            ttnn.deallocate(queries)
+            continue
         outputs.queries.append(queries)
         outputs.boxes.append(boxes)
         if presence is not None:
             outputs.presence.append(presence_logits(ttnn, hidden, w, presence, settings))
-    ttnn.deallocate(logits)
     outputs.hidden = hidden
     return outputs
