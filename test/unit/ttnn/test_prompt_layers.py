@@ -61,11 +61,11 @@ def swap_key_value(host: dict, prefix: str) -> dict:
 class Chip:
     """An emulated device with the engine's settings, and uploads as the engine makes them."""
 
-    def __init__(self, ttnn) -> None:
+    def __init__(self, ttnn, trace_region_size: int = 0) -> None:
         from tt_sam3_ros.engines.ttnn_model.config import device_settings
 
         self.ttnn = ttnn
-        self.device = ttnn.open_device(device_id=0)
+        self.device = ttnn.open_device(device_id=0, trace_region_size=trace_region_size)
         self.settings = device_settings(ttnn, self.device)
 
     def weights(self, host: dict) -> dict:
@@ -583,6 +583,57 @@ def test_segmentation_head_end_to_end_tiny_matches_transformers(ttnn):
     print(f"tiny segmentation head end to end ({rows} queries, 288 x 288 logits): PCC {pcc(got, want):.5f}")
     assert got.shape == (1, 20, 288, 288)
     assert pcc(got, want) >= PCC_GATE
+
+
+def test_pixel_decoder_two_prompts_and_traced_replay_tiny(ttnn):
+    """Tiny width at the real sizes, two prompts in one batch (one FPN for both, each its own
+    tokens) against transformers run per prompt; then the same path captured as a trace after its
+    eager run (conv weights prepared, mask made: no host write left inside) and replayed on new
+    tokens written into the same buffer, equal to the eager result on those tokens."""
+    from tt_sam3_ros.engines.ttnn_model import segmentation_head as sh
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import PIXEL_DECODER_STAGES, prepare_segmentation_head
+    from tt_sam3_ros.tiny_model import tiny_sam3_config
+
+    head, inputs, captured, _ = head_case(tiny_sam3_config(), side=72)
+    second = captured["attended"].flip(1)  # another prompt's tokens over the same image
+    tokens = torch.cat([captured["attended"], second])
+    with torch.no_grad():
+        maps = [inputs["fpn"][0], inputs["fpn"][1], second.transpose(1, 2).reshape(1, -1, 72, 72)]
+        want = torch.cat([_flat_pixels(captured["pixels"]), _flat_pixels(head.pixel_decoder(maps))])
+    chip = Chip(ttnn, trace_region_size=1 << 20)
+    got = run_pixel_decoder(chip, prepare_segmentation_head(head), head, inputs, tokens)
+    crossed = pcc(got[0], want[1])
+    print(
+        f"tiny pixel decoder, 2 prompts: PCC {pcc(got[0], want[0]):.5f} / {pcc(got[1], want[1]):.5f} "
+        f"(prompt 1 against prompt 2's reference: {crossed:.5f})"
+    )
+    assert got.shape == want.shape
+    assert min(pcc(got[0], want[0]), pcc(got[1], want[1])) >= PCC_GATE
+    assert crossed < PCC_GATE
+
+    config = sh.PixelDecoderConfig.from_module(head.pixel_decoder, 72, PIXEL_DECODER_STAGES)
+    w = {
+        **chip.weights(prepare_segmentation_head(head)),
+        **sh.pixel_decoder_constants(ttnn, chip.device, config),
+    }
+    fpn = [chip.tensor(_flat_pixels(level)[None]) for level in inputs["fpn"][:PIXEL_DECODER_STAGES]]
+    buffer, conv_weights = chip.tensor(tokens), {}
+    eager = chip.read(
+        sh.pixel_decoder(
+            ttnn, chip.device, buffer, fpn, w, config, chip.settings, conv_weights, ttnn.bfloat8_b
+        )
+    )
+    trace = ttnn.begin_trace_capture(chip.device, cq_id=0)
+    traced = sh.pixel_decoder(
+        ttnn, chip.device, buffer, fpn, w, config, chip.settings, conv_weights, ttnn.bfloat8_b
+    )
+    ttnn.end_trace_capture(chip.device, trace, cq_id=0)
+    ttnn.copy_host_to_device_tensor(
+        ttnn.from_torch(tokens.flip(0), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT), buffer
+    )
+    ttnn.execute_trace(chip.device, trace, cq_id=0, blocking=True)
+    assert torch.equal(chip.read(traced), eager.flip(0))
+    ttnn.release_trace(chip.device, trace)
 
 
 # fusion encoder stack -----------------------------------------------------------------------

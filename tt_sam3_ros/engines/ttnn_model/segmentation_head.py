@@ -22,7 +22,7 @@ Shapes (bfloat16, TILE, DRAM interleaved; B = prompts in the batch):
     queries  (B, Q, C)   the last decoder layer's output-normed query rows (Q a tile multiple).
     pixels   (B, H*W, C) the pixel decoder's output, pixels in row-major order (H = W = 288).
     logits   (B, Q, H*W) mask logits at 288 x 288: only the rows the caller keeps matter, so the
-                         engine should select rows (top-k) before this product (issue 12).
+                         engine gathers the kept queries first (selection.py) and passes k rows.
 Weights: prompt_weights.prepare_segmentation_head, uploaded with weights.upload, plus
 pixel_decoder_constants (the GroupNorm input mask).
 """
