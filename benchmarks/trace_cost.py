@@ -89,7 +89,11 @@ class OpCost:
 def stage_label(stage: str, windowed: bool | None) -> str:
     if stage == "vit_block":
         return "ViT windowed blocks" if windowed else "ViT global blocks"
-    return {"patch_embed": "patch embedding", "neck": "FPN neck"}.get(stage, stage)
+    return {
+        "patch_embed": "patch embedding",
+        "neck": "FPN neck",
+        "geometry_encoder": "geometry class token",
+    }.get(stage, stage)
 
 
 def padded(shape: Sequence[int], layout: str) -> list[int]:
@@ -208,7 +212,13 @@ class StageTotal:
     seconds: float = 0.0
 
 
-STAGE_ORDER = ("patch embedding", "ViT windowed blocks", "ViT global blocks", "FPN neck")
+STAGE_ORDER = (
+    "patch embedding",
+    "ViT windowed blocks",
+    "ViT global blocks",
+    "FPN neck",
+    "geometry class token",
+)
 
 
 def by_stage(costs: Iterable[OpCost]) -> list[StageTotal]:

@@ -172,8 +172,9 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
 
     with without_torch():
         from tt_sam3_ros.engines import ttnn_engine
+        from tt_sam3_ros.engines.ttnn_model import attention as attention_module
         from tt_sam3_ros.engines.ttnn_model import config as config_module
-        from tt_sam3_ros.engines.ttnn_model import image_encoder
+        from tt_sam3_ros.engines.ttnn_model import geometry_encoder, image_encoder
         from tt_sam3_ros.engines.ttnn_model import weights as weights_module
 
     mode, dispatch_asked = args.mode, args.dispatch
@@ -183,6 +184,11 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
     config = config_module.ImagePathConfig(
         **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["config"].items()}
     )
+    geometry = None
+    if "geometry" in manifest:
+        fields = dict(manifest["geometry"])
+        fields["attention"] = attention_module.AttentionShape(**fields["attention"])
+        geometry = geometry_encoder.GeometryConfig(**fields)
     phases = report["phases"]
 
     def phase(name: str):
@@ -211,6 +217,7 @@ def run(manifest: dict[str, Any], args: argparse.Namespace, report: dict[str, An
             matmul_dtype=dtypes[manifest.get("weight_dtype", "bfloat8_b")],
             param_dtype=dtypes[manifest.get("param_dtype", "bfloat16")],
             command_queues=ttnn_engine.COMMAND_QUEUES,
+            geometry=geometry,
         )
     except BaseException:
         ttnn.close_device(device)

@@ -10,8 +10,8 @@ engine's code calls.
 The stage of each op is read from the call stack, by the engine's own function names:
 inside ``vit_embeddings`` -> "patch_embed", inside ``vit_layer`` -> "vit_block" (with the
 block's running number and its ``windowed`` argument), anything in ttnn_model/neck.py ->
-"neck", else "other". A renamed function shows as ops in "other", which the op-count test
-catches.
+"neck", anything in ttnn_model/geometry_encoder.py -> "geometry_encoder", else "other". A
+renamed function shows as ops in "other", which the op-count test catches.
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ class StageTracker:
             if "ttnn_model/" in path:
                 if path.endswith("ttnn_model/neck.py"):
                     return "neck", None, None
+                if path.endswith("ttnn_model/geometry_encoder.py"):
+                    return "geometry_encoder", None, None
                 if code.co_name == "vit_layer":
                     if frame is not self._block_frame:
                         self._block_frame = frame

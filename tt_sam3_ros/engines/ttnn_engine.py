@@ -2,8 +2,9 @@
 
 The engine is two parts, each replaceable:
 - the image encoder on the chip (ttnn_model/image_encoder.py): patch embedding, the ViT blocks
-  with window and global RoPE attention, the FPN neck, as one metal trace replayed per frame;
-  it reads the four FPN maps back;
+  with window and global RoPE attention, the FPN neck and the geometry encoder's class token, as
+  one metal trace replayed per frame; it reads the four FPN maps back (the class token stays on
+  the chip for a chip prompt path: the host prompt path makes its own);
 - a prompt path (text encoder, geometry encoder, fusion encoder, decoder, heads), today on the
   host: transformers' modules without the ViT, given the chip's maps wrapped (with the position
   encodings, computed once) in transformers' Sam3VisionEncoderOutput. Part 2b puts a chip
@@ -43,9 +44,11 @@ from .ttnn_model.device import (
     open_blackhole,
     ttnn_version,
 )
-from .ttnn_model.image_encoder import ChipImageEncoder
+from .ttnn_model.geometry_encoder import GeometryConfig
+from .ttnn_model.image_encoder import GEOMETRY_PREFIX, ChipImageEncoder
 from .ttnn_model.prompt_path import ChipPromptPath
-from .ttnn_model.weights import fingerprint, prepare_neck, prepare_vit
+from .ttnn_model.prompt_weights import prepare_geometry_encoder
+from .ttnn_model.weights import HostWeight, fingerprint, prepare_neck, prepare_vit
 
 __all__ = [
     "COMMAND_QUEUES",
@@ -111,6 +114,17 @@ def host_prompt_path(model: Any, tokenizer: Any, dtype: str | None = None) -> Pr
     if any(p.dtype != wanted or p.device.type != "cpu" for p in prompt_model.parameters()):
         prompt_model = copy.deepcopy(prompt_model)
     return TorchEngine(prompt_model, tokenizer, device="cpu", dtype=dtype)
+
+
+def _geometry_weights(model: Any, config: ImagePathConfig) -> dict[str, HostWeight]:
+    """The geometry encoder's class-token weights, named "geometry.*", with the sine position
+    encoding of the map it attends to (scale 1, the last one Sam3Model keeps)."""
+    side = neck.level_sides(config)[-2]
+    encoding = model.vision_encoder.neck.position_encoding
+    with torch.no_grad():
+        position = encoding((1, config.fpn_dim, side, side), torch.device("cpu"), torch.float32)
+    prepared = prepare_geometry_encoder(model.geometry_encoder, position)
+    return {GEOMETRY_PREFIX + name: weight for name, weight in prepared.items()}
 
 
 class TtnnEngine:
@@ -183,6 +197,7 @@ class TtnnEngine:
         self.prompt_path: PromptPath | None = None
         host_weights = prepare_vit(model.vision_encoder.backbone, self.config)
         host_weights.update(prepare_neck(model.vision_encoder.neck, self.config))
+        host_weights.update(_geometry_weights(model, self.config))
         cache_dir = None
         if weight_cache is not None:
             key = fingerprint(host_weights, {"matmul": weight_dtype, "param": param_dtype})
@@ -198,6 +213,7 @@ class TtnnEngine:
             matmul_dtype=dtypes[weight_dtype],
             param_dtype=dtypes[param_dtype],
             use_trace=use_trace,
+            geometry=GeometryConfig.from_module(model.geometry_encoder),
         )
         try:
             self._check_single_chip()
@@ -290,7 +306,8 @@ class TtnnEngine:
         return self._vision_output(self._run_image_path(pixel_values))
 
     def _run_image_path(self, pixel_values: np.ndarray) -> list[Any]:
-        """One replay of the image trace: the four FPN maps as device tensors (until the next)."""
+        """One replay of the image trace: its outputs as device tensors (the four FPN maps, then the
+        class token), valid until the next replay."""
         self._require_open()
         side = self.config.image_side
         if pixel_values.shape != (1, 3, side, side):
@@ -298,12 +315,14 @@ class TtnnEngine:
         return self.image_encoder.run(self._host_input(pixel_values))
 
     def _vision_output(self, outputs: list[Any]) -> Any:
-        """The device maps read back as transformers' Sam3VisionEncoderOutput."""
+        """The device maps read back as transformers' Sam3VisionEncoderOutput (the image trace's
+        outputs after them, the class token, stay on the chip)."""
         from transformers.models.sam3.modeling_sam3 import Sam3VisionEncoderOutput
 
+        sides = neck.level_sides(self.config)
         features = tuple(
             self._read_level(tensor, level_side)
-            for tensor, level_side in zip(outputs, neck.level_sides(self.config), strict=True)
+            for tensor, level_side in zip(outputs[: len(sides)], sides, strict=True)
         )
         return Sam3VisionEncoderOutput(
             last_hidden_state=None, fpn_hidden_states=features, fpn_position_encoding=self._position_encodings

@@ -86,7 +86,8 @@ def test_real_library_accepts_the_whole_image_path(manifests, tmp_path, size, gr
     assert tuple(report["grid"]) == expected_grid
     config = json.loads(manifests[size].read_text())["config"]
     sides = [int(config["grid"] * s) for s in config["scale_factors"]]
-    assert report["outputs"] == [[1, 1, side * side, config["fpn_dim"]] for side in sides]
+    maps = [[1, 1, side * side, config["fpn_dim"]] for side in sides]
+    assert report["outputs"] == [*maps, [1, 32, config["fpn_dim"]]]  # the FPN maps, the class token
     assert phases["upload"]["tensors"] == len(json.loads(manifests[size].read_text())["weights"])
     # Opened as the engine opens it: two command queues, each upload through the staging buffer
     # (one ttnn.copy into the trace's input per upload: the compile run's and the replay's).
@@ -97,7 +98,7 @@ def test_real_library_accepts_the_whole_image_path(manifests, tmp_path, size, gr
     forward_ops = phases["replay"]["ops"] - 1
     assert forward_ops > 0 and phases["compile run + capture"]["ops"] == 2 * forward_ops + 1
     stages = {op["stage"] for op in report["ops"] if op["op"] != "copy"}
-    assert stages == {"patch_embed", "vit_block", "neck"}, stages
+    assert stages == {"patch_embed", "vit_block", "neck", "geometry_encoder"}, stages
 
 
 def test_ethernet_dispatch_falls_back_to_worker_on_the_real_library(manifests, tmp_path):
@@ -129,7 +130,7 @@ def test_no_dispatch_reports_per_core_peaks_for_every_stage(manifests, tmp_path)
     config = json.loads(manifests["tiny"].read_text())["config"]
     stages = [(s["stage"], s["block"]) for s in report["stages"]]
     blocks = [("vit_block", i) for i in range(config["layers"])]
-    assert stages == [("patch_embed", None), *blocks, ("neck", None)]
+    assert stages == [("patch_embed", None), *blocks, ("neck", None), ("geometry_encoder", None)]
     assert all(s["peak_total"] > 0 for s in report["stages"]), report["stages"]
 
 

@@ -1,4 +1,5 @@
-"""The image trace's op count per stage, and the cost model that prices it (benchmarks/trace_cost.py).
+"""The image trace's op count per stage (the geometry encoder's class token included), and the
+cost model that prices it (benchmarks/trace_cost.py).
 
 The op counts are pinned: the engine's image path runs once on the emulator through the op
 recorder the mock check and the benchmark use (tools/ttnn_mock/oplog.py), and every ViT block
@@ -26,6 +27,13 @@ OPS_PER_WINDOWED_BLOCK = 15
 OPS_PER_GLOBAL_BLOCK = 15
 OPS_PATCH_EMBED = 5
 OPS_NECK = 34
+#: The geometry encoder's class token (3 layers at full size, 1 in the tiny model), per layer:
+#: LayerNorm, v and o linears, add (the one-key self-attention); LayerNorm, 12 ops of cross-
+#: attention (3 projections with their head split, SDPA, head concat, output linear), add;
+#: LayerNorm, 2 MLP linears, add. Around the layers: the map's reshape (a view), the keys' add
+#: of the position encoding, the output LayerNorm.
+OPS_GEOMETRY_PER_LAYER = 22
+OPS_GEOMETRY_OUTSIDE_LAYERS = 3
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +50,14 @@ def recorded_forward(tiny_model, tokenizer):
             before, executed_before = len(recorder.log), len(engine.device.ops)
             engine.encode_vision(np.zeros((1, 3, 1008, 1008), np.float32))
             executed = [op.name for op in engine.device.ops[executed_before:]]
-            return [record.to_json() for record in recorder.log[before:]], engine.config, executed
+            log = [record.to_json() for record in recorder.log[before:]]
+            return log, engine.config, executed, engine.image_encoder.geometry
     finally:
         ttnn_emulator.reset()
 
 
 def test_op_count_per_vit_block_is_pinned(recorded_forward):
-    ops, config, _ = recorded_forward
+    ops, config, _, _ = recorded_forward
     per_block = Counter(op["block"] for op in ops if op["stage"] == "vit_block")
     assert sorted(per_block) == list(range(config.layers))
     windowed = {per_block[i] for i in range(config.layers) if not config.is_global(i)}
@@ -59,21 +68,23 @@ def test_op_count_per_vit_block_is_pinned(recorded_forward):
 
 
 def test_op_count_outside_the_blocks_is_pinned(recorded_forward):
-    ops, _, _ = recorded_forward
+    ops, _, _, geometry = recorded_forward
     stages = Counter(op["stage"] for op in ops)
     assert stages["patch_embed"] == OPS_PATCH_EMBED
     assert stages["neck"] == OPS_NECK
+    want = OPS_GEOMETRY_OUTSIDE_LAYERS + geometry.layers * OPS_GEOMETRY_PER_LAYER
+    assert stages["geometry_encoder"] == want
     assert stages["other"] == 0, [op["op"] for op in ops if op["stage"] == "other"]
 
 
 def test_recorder_logs_every_op_the_emulator_executes(recorded_forward):
     """The cost model prices exactly the ops the emulator ran, in their order."""
-    ops, _, executed = recorded_forward
+    ops, _, executed, _ = recorded_forward
     assert [op["op"].rsplit(".", 1)[-1] for op in ops] == executed
 
 
 def test_recorder_logs_what_the_model_prices(recorded_forward):
-    ops, config, _ = recorded_forward
+    ops, config, _, _ = recorded_forward
     qkv = next(op for op in ops if op["op"] == "linear" and op["stage"] == "vit_block")
     assert qkv["fidelity"] == "HIFI2"
     assert qkv["inputs"][0]["shape"] == [1, config.tokens, config.hidden]
@@ -185,6 +196,7 @@ def test_stage_sums_add_up_to_the_frame():
         _op("add", [a, a], [a]),
         {**_op("add", [a, a], [a]), "block": 1, "windowed": False},
         _op("add", [a, a], [a], stage="neck"),
+        _op("add", [a, a], [a], stage="geometry_encoder"),
     ]
     costs = trace_cost.price_all(ops)
     stages = trace_cost.by_stage(costs)

@@ -38,11 +38,17 @@ def emulator():
 
 @pytest.fixture(scope="module")
 def sharp_model(tiny_model):
-    """The tiny model with its ViT weights scaled up: at transformers' 0.02 init the residual
-    stream hides the attention (a wrong RoPE still scored PCC 0.9999); here it cannot."""
+    """The tiny model with its ViT and geometry-encoder weights scaled up: at transformers' 0.02
+    init the residual stream hides the attention (a wrong RoPE still scored PCC 0.9999), and the
+    geometry encoder's class token hardly depends on the image; here neither can hide."""
     model = copy.deepcopy(tiny_model)
     generator = torch.Generator().manual_seed(11)
     with torch.no_grad():
+        for module in model.geometry_encoder.modules():
+            if isinstance(module, torch.nn.Linear):
+                std = module.in_features**-0.5
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
+                module.bias.copy_(torch.randn(module.bias.shape, generator=generator) * 0.1)
         for module in model.vision_encoder.backbone.modules():
             if isinstance(module, torch.nn.Linear):
                 std = 0.12 if module.in_features > 32 else 0.25
@@ -82,6 +88,33 @@ def test_image_features_match_transformers(engine, sharp_model):
         assert torch.equal(ours, theirs)
 
 
+def test_image_trace_ends_with_the_geometry_class_token(engine):
+    """The image trace's last output is the geometry encoder's class token of that frame: it
+    matches the host prompt path's own class token made from the same FPN maps (read back), and
+    it changes from frame to frame as the host's does (the tiny model's token is mostly image-
+    independent, so the change is what shows the image reached it: a token that ignored the image
+    or read another map would fail there)."""
+    host = engine.prompt_path
+    tokens, hosts = [], []
+    for seed in (6, 7):
+        # Noise frames all look alike to the model: these differ in what is where.
+        generator = torch.Generator().manual_seed(seed)
+        coarse = torch.rand(1, 3, 3, 3, generator=generator) * 2 - 1
+        pixels = torch.nn.functional.interpolate(coarse, size=(1008, 1008), mode="bilinear")
+        features = engine.encode_vision(pixels.numpy())
+        outputs = engine._trace.outputs
+        assert len(outputs) == 5 and tuple(outputs[-1].shape) == (1, 32, engine.config.fpn_dim)
+        tokens.append(engine.ttnn.to_torch(outputs[-1]).float()[:, 0])
+        hosts.append(host.image_features(features).class_token[:, 0])
+    scores = [pcc(ours, theirs) for ours, theirs in zip(tokens, hosts, strict=True)]
+    change = pcc(tokens[0] - tokens[1], hosts[0] - hosts[1])
+    print(
+        f"tiny model class token from the image trace: PCC {min(scores):.5f}; its change between two "
+        f"frames vs the host's: PCC {change:.5f} (the two frames' tokens: PCC {pcc(*hosts):.4f})"
+    )
+    assert min(scores) >= PCC_GATE and change >= PCC_GATE
+
+
 def test_one_replay_per_frame_sees_the_new_pixels(engine, sharp_model):
     device = engine.device
     replays, captured = device.replays, engine._trace.trace_id
@@ -111,7 +144,7 @@ def test_the_next_frame_uploads_while_the_current_one_replays(engine):
         outputs = encoder.replay()
         if index + 1 < len(frames):
             encoder.stage(engine._host_input(frames[index + 1]))  # up on queue 1 during the replay
-        maps = [engine._read_level(t, side) for t, side in zip(outputs, sides, strict=True)]
+        maps = [engine._read_level(t, side) for t, side in zip(outputs[: len(sides)], sides, strict=True)]
         assert all(torch.equal(a, b) for a, b in zip(maps, one_at_a_time[index], strict=True)), index
 
 

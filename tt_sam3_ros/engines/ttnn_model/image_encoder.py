@@ -1,9 +1,11 @@
 """The image encoder on one chip: open, upload the weights once, compile, capture, one replay per frame.
 
 This is the chip's half of the ttnn engine, with no model object and no prompt path: it takes the
-prepared host weights (weights.py) and returns the four FPN maps as device tensors, so the same
-code runs under the emulator, under the real library on a mock p150a (tools/ttnn_mock) and on a
-chip. The engine (ttnn_engine.py) composes it with a prompt path.
+prepared host weights (weights.py) and returns the four FPN maps as device tensors, then, when a
+geometry config is given, the geometry encoder's class token (geometry_encoder.py: it depends on
+the image only, so it is made once per frame in the image trace, for the prompt trace to read).
+The same code runs under the emulator, under the real library on a mock p150a (tools/ttnn_mock)
+and on a chip. The engine (ttnn_engine.py) composes it with a prompt path.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from . import neck, vit
+from .attention import sub_weights
 from .config import ImagePathConfig, device_settings
 from .device import COMMAND_QUEUES, open_blackhole
+from .geometry_encoder import GeometryConfig, class_token
 from .trace import TracedPath
 from .weights import HostWeight, upload
 
 LOG = logging.getLogger(__name__)
+#: Name prefix of the geometry encoder's weights among the image path's.
+GEOMETRY_PREFIX = "geometry."
 
 
 class ChipImageEncoder:
-    """Patch embedding, ViT and FPN neck on an open chip.
+    """Patch embedding, ViT, FPN neck and (optionally) the geometry encoder's class token on an open chip.
 
     Args:
         ttnn: the ttnn module (or the emulator).
@@ -34,6 +40,8 @@ class ChipImageEncoder:
         command_queues: how many command queues `device` was opened with (open() opens it with
             device.COMMAND_QUEUES, 2): with 2, each frame is uploaded on queue 1 while queue 0
             replays (trace.py).
+        geometry: the geometry encoder's shapes; its weights are the uploaded ones named
+            "geometry.*" (prompt_weights.prepare_geometry_encoder). None: FPN maps only.
     """
 
     def __init__(
@@ -46,6 +54,7 @@ class ChipImageEncoder:
         param_dtype: Any,
         use_trace: bool = True,
         command_queues: int = 1,
+        geometry: GeometryConfig | None = None,
     ) -> None:
         self.ttnn = ttnn
         self.config = config
@@ -53,6 +62,8 @@ class ChipImageEncoder:
         self.dispatch = dispatch
         self.use_trace = use_trace
         self.command_queues = command_queues
+        self.geometry = geometry
+        self._geometry_weights: dict[str, Any] = {}
         self._matmul_dtype = matmul_dtype
         self._param_dtype = param_dtype
         self.weights: dict[str, Any] = {}
@@ -100,11 +111,16 @@ class ChipImageEncoder:
         self.weights = upload(
             self.ttnn, self.device, host_weights, self._matmul_dtype, self._param_dtype, cache_dir
         )
+        self._geometry_weights = sub_weights(self.weights, GEOMETRY_PREFIX)
+        if self.geometry is not None and not self._geometry_weights:
+            raise ValueError(f"a geometry config was given but no {GEOMETRY_PREFIX}* weights were uploaded")
 
     def forward(self, patches: Any) -> list[Any]:
-        """The image path on the device: patches buffer -> 4 FPN maps; leaves `patches` allocated."""
+        """The image path on the device: patches buffer -> 4 FPN maps, then the (1, 32, C) class-token
+        tile when a geometry config is set (the FPN maps stay first, in scale order); leaves
+        `patches` allocated."""
         trunk = vit.sam3_vit_model(self.ttnn, patches, self.weights, self.config, self.settings)
-        return neck.sam3_vision_neck(
+        maps = neck.sam3_vision_neck(
             self.ttnn,
             self.device,
             trunk,
@@ -114,6 +130,11 @@ class ChipImageEncoder:
             self._conv_weights,
             self._matmul_dtype,
         )
+        if self.geometry is None:
+            return maps
+        # Sam3Model drops the coarsest map; the geometry encoder reads the last one left (scale 1).
+        token = class_token(self.ttnn, maps[-2], self._geometry_weights, self.geometry, self.settings)
+        return [*maps, token]
 
     @property
     def captured(self) -> bool:
@@ -158,7 +179,7 @@ class ChipImageEncoder:
         self._trace.stage(host_input)
 
     def replay(self) -> list[Any]:
-        """Replay the trace on the last staged frame; the FPN maps, valid until the next replay."""
+        """Replay the trace on the last staged frame; its outputs (forward), valid until the next replay."""
         if self._closed or not self.captured:
             raise RuntimeError("replay() needs an open chip image encoder with a captured trace")
         assert self._trace is not None
@@ -184,6 +205,7 @@ class ChipImageEncoder:
         finally:
             self._trace = None
             self._eager_outputs, self.weights, self._conv_weights = [], {}, {}
+            self._geometry_weights = {}
             if self.device is not None:
                 ttnn.close_device(self.device)
                 self.device = None
