@@ -234,15 +234,9 @@ class TorchEngine:
 
         Image-only tensors are expanded (views, not copies) to the prompt batch.
         """
-        prompts, prompt_mask = self.prompt_tokens(image_state, prompt_states)
-        encoded = self._fusion_encoder(image_state, prompts, prompt_mask)
-        return self.decode_encoded(image_state, prompts, prompt_mask, encoded)
+        from transformers.models.sam3.modeling_sam3 import box_cxcywh_to_xyxy, inverse_sigmoid
 
-    def prompt_tokens(
-        self, image_state: ImageFeatures, prompt_states: list[PromptFeatures]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fusion encoder's prompt: each text's 32 tokens, then the image's class token (and
-        its masked pad), (P, 34, D), with the bool (P, 34) mask of real tokens."""
+        model = self._require_model()
         count = len(prompt_states)
         prompts = torch.cat(
             [
@@ -258,23 +252,7 @@ class TorchEngine:
             ],
             dim=1,
         )
-        return prompts, prompt_mask
-
-    @torch.inference_mode()
-    def decode_encoded(
-        self,
-        image_state: ImageFeatures,
-        prompts: torch.Tensor,
-        prompt_mask: torch.Tensor,
-        encoded: torch.Tensor,
-    ) -> DecodedBatch:
-        """The stages after the fusion encoder (decoder, boxes, scoring, the segmentation head up
-        to its mask factors) on its (P, H*W, D) output; public so that a prompt path whose fusion
-        encoder runs elsewhere (the chip) can finish on this one."""
-        from transformers.models.sam3.modeling_sam3 import box_cxcywh_to_xyxy, inverse_sigmoid
-
-        model = self._require_model()
-        count = prompts.shape[0]
+        encoded = self._fusion_encoder(image_state, prompts, prompt_mask)
         positions = image_state.image_positions.expand(count, -1, -1)
         decoded = model.detr_decoder(
             vision_features=encoded,

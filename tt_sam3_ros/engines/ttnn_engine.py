@@ -46,7 +46,7 @@ from .ttnn_model.device import (
 )
 from .ttnn_model.geometry_encoder import GeometryConfig
 from .ttnn_model.image_encoder import GEOMETRY_PREFIX, ChipImageEncoder
-from .ttnn_model.prompt_path import ChipPromptPath
+from .ttnn_model.prompt_path import ChipPromptPath, sine_position
 from .ttnn_model.prompt_weights import prepare_geometry_encoder
 from .ttnn_model.weights import HostWeight, fingerprint, prepare_neck, prepare_vit
 
@@ -119,10 +119,7 @@ def host_prompt_path(model: Any, tokenizer: Any, dtype: str | None = None) -> Pr
 def _geometry_weights(model: Any, config: ImagePathConfig) -> dict[str, HostWeight]:
     """The geometry encoder's class-token weights, named "geometry.*", with the sine position
     encoding of the map it attends to (scale 1, the last one Sam3Model keeps)."""
-    side = neck.level_sides(config)[-2]
-    encoding = model.vision_encoder.neck.position_encoding
-    with torch.no_grad():
-        position = encoding((1, config.fpn_dim, side, side), torch.device("cpu"), torch.float32)
+    position = sine_position(model, neck.level_sides(config)[-2], config.fpn_dim)
     prepared = prepare_geometry_encoder(model.geometry_encoder, position)
     return {GEOMETRY_PREFIX + name: weight for name, weight in prepared.items()}
 
@@ -233,17 +230,8 @@ class TtnnEngine:
         if choice == "host":
             return host_prompt_path(model, tokenizer, dtype)
         if choice == "chip":
-            encoder = self.image_encoder
-            return ChipPromptPath(
-                self.ttnn,
-                encoder.device,
-                encoder.settings,
-                model,
-                host_prompt_path(model, tokenizer, "float32"),
-                encoder._matmul_dtype,
-                encoder._param_dtype,
-                max_prompts,
-            )
+            host = host_prompt_path(model, tokenizer, "float32")
+            return ChipPromptPath(self.ttnn, self.image_encoder, model, host, max_prompts)
         raise EngineError(f"prompt_path {choice!r} is not one of host, chip, or a PromptPath")
 
     # the parts, for tests and tools --------------------------------------------------------------
@@ -289,11 +277,10 @@ class TtnnEngine:
         state from the features read back.
         """
         outputs = self._run_image_path(pixel_values)
-        vision = self._vision_output(outputs)
         path = self._require_prompt_path()
         if getattr(path, "reads_device_levels", False):
-            return path.image_features(vision, outputs)
-        return path.image_features(vision)
+            return path.image_features(outputs)  # nothing read back: the prompt path runs on the chip
+        return path.image_features(self._vision_output(outputs))
 
     def encode_vision(self, pixel_values: np.ndarray) -> Any:
         """float32 (1, 3, S, S) normalised pixels -> transformers' Sam3VisionEncoderOutput on the host.
@@ -360,7 +347,7 @@ class TtnnEngine:
             return
         side = self.config.image_side
         outputs = self.image_encoder.run_eager(self._host_input(np.zeros((1, 3, side, side), np.float32)))
-        path.compile(path.image_features(self._vision_output(outputs), outputs))
+        path.compile(path.image_features(outputs))
 
     def warmup_image_path(self) -> np.ndarray:
         """The chip's part of warmup: compile every program and capture the trace (on a grey image,

@@ -1,25 +1,23 @@
-"""The prompt path with its stages on the chip, fed by the image trace's output buffers.
+"""The prompt path on the chip, fed by the image trace's output buffers: nothing read back between.
 
-SAM 3's prompt path, in order: the geometry encoder's class token (once per image), the fusion
-encoder (image tokens attend to the prompt tokens), the DETR decoder with its box refinement,
-scoring, and the segmentation head (prompt cross-attention, pixel decoder, mask embeddings).
-Here each stage that is ported runs on the chip, from device tensors, and the first stage that
-is not ported yet takes over on the host through the torch engine's own code (``host``), from
-the last device output read back once. ``ON_CHIP`` and ``ON_HOST`` name the split in
-``describe()``; the engine's end-to-end test holds the composition to the torch engine's
-instances whatever the split.
+SAM 3's prompt path for text prompts, in order, and where each part runs here:
+- the text encoder: on the host (the torch engine's, cached per prompt by the segmenter); the
+  features go up once per prompt set into PromptBuffers' persistent buffers;
+- the geometry encoder's class token: on the chip, once per image, in the image trace after the
+  neck (ChipImageEncoder's last output);
+- per prompt batch, in one replay of the bucket's prompt trace (PromptBuffers): the prompt
+  tokens (the text, then the class token placed at row 32 by a 0/1 matmul), the fusion encoder,
+  the decoder stack with its box refinement and box bias, scoring, and the segmentation head up
+  to the mask embeddings and the per-pixel embeddings (prompt cross-attention, pixel decoder,
+  instance projection inside mask logits);
+- the mask logits of the kept queries only: after the replay, one fixed-shape selection matmul
+  (a one-hot (B, 32, Q) matrix from the host picks each prompt's kept rows) and the product with
+  the pixels; only those logits, the scores, presence and boxes are read back.
 
-Today the split is after the fusion encoder: its six layers run on the chip for all prompts in
-one batch (P prompts, one (P, 5184, C) activation), and the decoder onwards runs on the host.
-The stages that still lack a chip version (ttnn_model/ has the decoder layer, scoring and the
-head's attention and mask logits, not yet the decoder's glue, the pixel decoder or the class
-token) move here one by one; then the whole path becomes the second trace (issue 12).
-
-Device tensors (bfloat16, TILE, DRAM interleaved): the image tokens are the neck's level-2 map
-(1, 1, 72*72, C), already in row order, repeated to the prompt batch; their sine position
-encoding (1, S, C) is uploaded once (it depends only on the shape); the prompt tokens (P, T, C)
-with T = padded_length(34) = 64, and their additive key mask (P, 1, S, T), are uploaded per
-decode (the class token changes with the image).
+Prompt tokens are T = 64 rows: 32 text tokens, then the class-token tile (row 32 the token,
+rows 33..63 masked). Buckets of 1, 2, 4, ... max_prompts prompts (PromptBuffers) are compiled at
+warm-up before the image trace is captured, since a program compiled after a capture breaks its
+replays; the emulator holds the engine to that.
 """
 
 from __future__ import annotations
@@ -31,181 +29,311 @@ import numpy as np
 import torch
 
 from ..base import DecodedBatch, EngineError
-from .attention import key_padding_mask
-from .config import DeviceSettings
+from . import segmentation_head as head
+from .config import TILE
+from .decoder import DecoderStackConfig, DecoderStackInputs, decoder_stack
 from .fusion_encoder import fusion_encoder
-from .prompt_config import PromptLayerConfig, padded_length
-from .prompt_weights import prepare_fusion_encoder
+from .prompt_buffers import PromptBuffers, power_of_two_buckets
+from .prompt_config import PromptLayerConfig
+from .prompt_weights import (
+    PIXEL_DECODER_STAGES,
+    prepare_decoder,
+    prepare_fusion_encoder,
+    prepare_scoring,
+    prepare_segmentation_head,
+)
+from .scoring import ScoringConfig, detection_scores, presence_logits, presence_selector, query_logits
 from .weights import upload
 
-#: The stages on the chip and on the host, in the order the prompt path runs them.
-ON_CHIP = ("fusion encoder",)
-ON_HOST = ("text encoder", "class token", "decoder", "scoring", "segmentation head")
-#: Prompt counts the chip runs: P prompts run as the smallest bucket >= P (the extra rows repeat
-#: the first prompt and are dropped), so every program is compiled at warm-up, before the first
-#: trace capture (a program compiled after a capture breaks its replays), at most 2x the work.
-PROMPT_BUCKETS = (1, 2, 4, 8, 16)
-#: The level of the neck's outputs the fusion encoder reads (Sam3Model drops the coarsest of
-#: the four, and the encoder takes the last of the rest: 72x72 for a 1008 image).
-FUSION_LEVEL = 2
-
-
-def buckets_up_to(max_prompts: int) -> tuple[int, ...]:
-    """The buckets a path serving at most `max_prompts` prompts compiles."""
-    if not 1 <= max_prompts <= PROMPT_BUCKETS[-1]:
-        raise ValueError(f"max_prompts {max_prompts}: the chip prompt path runs 1 to {PROMPT_BUCKETS[-1]}")
-    return (*(b for b in PROMPT_BUCKETS if b < max_prompts), bucket_for(max_prompts))
-
-
-def bucket_for(count: int) -> int:
-    """The prompt-count bucket that runs `count` prompts."""
-    for bucket in PROMPT_BUCKETS:
-        if count <= bucket:
-            return bucket
-    raise ValueError(f"{count} prompts: the chip prompt path runs at most {PROMPT_BUCKETS[-1]}")
+#: Where the prompt path runs, in words (describe()).
+ON_CHIP = "class token, fusion encoder, decoder, scoring, segmentation head, mask selection"
+ON_HOST = "text encoder"
+#: The neck outputs the prompt path reads: scale 4 and 2 (pixel decoder), scale 1 (the fusion
+#: encoder's image tokens and the class token's keys); Sam3Model drops the coarsest level.
+FINE, MIDDLE, COARSE = 0, 1, 2
+#: Text tokens per prompt (CLIP's context) and the prompt tokens with the class-token tile.
+TEXT_TOKENS = 32
+PROMPT_TOKENS = TEXT_TOKENS + TILE
+#: Kept queries per prompt one mask read carries (more are read in several).
+MASK_ROWS = TILE
 
 
 @dataclass
 class ChipImageState:
-    """One image as the chip prompt path needs it.
+    """One image as the prompt path reads it: the image trace's output buffers (valid until the
+    next image), the three FPN maps and the class-token tile."""
 
-    Attributes:
-        host: the torch engine's ImageFeatures (class token, positions, FPN maps on the host)
-            for the stages that still run there.
-        tokens: (1, S, C) device view of the neck's level-2 map: valid until the next image.
-    """
+    fine: Any
+    middle: Any
+    coarse: Any
+    class_tile: Any
 
-    host: Any
-    tokens: Any
+
+@dataclass
+class ChipMasks:
+    """What fetch_masks reads: the batch's mask embeddings and per-pixel embeddings on the chip."""
+
+    embeddings: Any
+    pixels: Any
+    count: int
 
 
 class ChipPromptPath:
-    """The prompt path on an open chip, the stages not yet ported finishing on `host`.
-
-    ``image_features`` takes the image encoder's device outputs besides the read-back maps
-    (``reads_device_levels``), so the fusion encoder starts from the chip's own buffers.
+    """The prompt path on an open chip (see the module doc).
 
     Args:
         ttnn: the ttnn module (or the emulator).
-        device: the open device the image encoder runs on (the same chip, so nothing crosses).
-        settings: that device's DeviceSettings.
+        encoder: the ChipImageEncoder on the same chip (its trace ends with the class token).
         model: transformers' Sam3Model (its prompt modules are read, never changed).
-        host: the host prompt path (a TorchEngine over the model without its ViT, float32).
-        matmul_dtype, param_dtype: device dtypes of the uploaded weights.
-        max_prompts: the most prompts one decode takes: warm-up compiles the buckets up to it.
+        host: the host prompt path (a TorchEngine over the model without its ViT): its text
+            encoder and the neck's sine position encodings are used.
+        max_prompts: the most prompts one decode takes.
     """
 
     reads_device_levels = True
 
-    def __init__(
-        self,
-        ttnn: Any,
-        device: Any,
-        settings: DeviceSettings,
-        model: Any,
-        host: Any,
-        matmul_dtype: Any,
-        param_dtype: Any,
-        max_prompts: int = PROMPT_BUCKETS[-1],
-    ) -> None:
-        self.ttnn = ttnn
-        self.buckets = buckets_up_to(max_prompts)
-        self.device = device
-        self.settings = settings
+    def __init__(self, ttnn: Any, encoder: Any, model: Any, host: Any, max_prompts: int) -> None:
+        self.ttnn, self.device, self.settings = ttnn, encoder.device, encoder.settings
         self.host = host
-        self.dtype = host.dtype
-        encoder = model.detr_encoder
-        self.fusion_config = PromptLayerConfig.from_layer(encoder.layers[0])
-        self.fusion_layers = len(encoder.layers)
-        self.weights = upload(ttnn, device, prepare_fusion_encoder(encoder), matmul_dtype, param_dtype)
-        self._position: Any = None
+        self.dtype = torch.float32
+        config, side = encoder.config, encoder.config.grid
+        matmul, param = encoder._matmul_dtype, encoder._param_dtype
+        self._conv_dtype = matmul
+        position = sine_position(model, side, model.detr_encoder.config.hidden_size)
+        self.fusion = PromptLayerConfig.from_layer(model.detr_encoder.layers[0])
+        self.fusion_layers = len(model.detr_encoder.layers)
+        self.decoder = DecoderStackConfig.from_decoder(model.detr_decoder, side, side)
+        self.scoring = ScoringConfig.from_modules(model.dot_product_scoring, model.detr_decoder)
+        mask_decoder = model.mask_decoder
+        self.pixel = head.PixelDecoderConfig.from_module(
+            mask_decoder.pixel_decoder, side, PIXEL_DECODER_STAGES
+        )
+        self.head_shape = PromptLayerConfig.from_layer(model.detr_encoder.layers[0]).attention
+        self.head_eps = mask_decoder.prompt_cross_attn_norm.eps
+        device = self.device
+        self.w_fusion = upload(ttnn, device, prepare_fusion_encoder(model.detr_encoder), matmul, param)
+        self.w_decoder = upload(
+            ttnn, device, prepare_decoder(model.detr_decoder, self.decoder), matmul, param
+        )
+        self.w_scoring = upload(
+            ttnn, device, prepare_scoring(model.dot_product_scoring, model.detr_decoder), matmul, param
+        )
+        self.w_head = {
+            **upload(ttnn, device, prepare_segmentation_head(mask_decoder), matmul, param),
+            **head.pixel_decoder_constants(ttnn, device, self.pixel),
+        }
+        self._conv_weights: dict[str, Any] = {}
+        self.constants = {
+            "position": self._tensor(position.flatten(2).transpose(1, 2)),
+            "placement": self._tensor(placement_matrix()),
+        }
+        self.buckets = power_of_two_buckets(max_prompts)
+        self.selectors = {b: self._tensor(presence_selector(self.decoder.rows, b)) for b in self.buckets}
+        self.prompts = PromptBuffers(
+            ttnn,
+            device,
+            self._forward,
+            tokens=PROMPT_TOKENS,
+            hidden=self.fusion.hidden,
+            mask_rows={"image": config.grid**2, "queries": self.decoder.rows, "pool": 1},
+            max_prompts=max_prompts,
+            buckets=self.buckets,
+        )
         self._closed = False
 
+    # the engine's side of the PromptPath protocol -----------------------------------------------
     def describe(self) -> dict[str, str]:
         host = self.host.describe()
         return {
             "engine": "ttnn prompt path",
-            "device": f"chip: {', '.join(ON_CHIP)}; host {host['device']}: {', '.join(ON_HOST)}",
-            "dtype": f"chip bfloat16 activations; host {host['dtype']}",
+            "device": f"chip: {ON_CHIP}; host {host['device']}: {ON_HOST}",
+            "dtype": f"chip bfloat16 activations; text encoder {host['dtype']}",
         }
 
-    def image_features(self, vision: Any, levels: list[Any]) -> ChipImageState:
-        """The image's state: the host's image-only stages on the read-back maps (`vision`), and
-        the device's level-2 map (`levels`, the image encoder's outputs) as the fusion encoder's
-        image tokens."""
-        host = self.host.image_features(vision)
-        level = levels[FUSION_LEVEL]
-        tokens = self.ttnn.reshape(level, (1, level.shape[-2], level.shape[-1]))
-        if self._position is None:
-            self._position = self._upload(host.image_positions)
-        return ChipImageState(host=host, tokens=tokens)
+    def image_features(self, levels: list[Any]) -> ChipImageState:
+        """The image trace's outputs (four FPN maps, then the class-token tile) as this path's state."""
+        return ChipImageState(levels[FINE], levels[MIDDLE], levels[COARSE], levels[-1])
 
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
-        """The text encoder, on the host (cached per prompt by the segmenter)."""
         return self.host.encode_prompts(prompts)
 
     def compile(self, image_state: ChipImageState) -> None:
-        """Run every prompt-count bucket once, so all their programs exist before a capture."""
-        prompt = self.encode_prompts(["object"])
+        """Run every bucket's prompt forward and a mask read once, eagerly, so all their programs
+        exist before any trace is captured."""
         for bucket in self.buckets:
-            self.decode(image_state, prompt * bucket)
+            features, masks = self.prompts.features[bucket], self.prompts.masks[bucket]
+            outputs = self._forward(bucket, features, masks, *self._inputs(image_state))
+            self._mask_rows(ChipMasks(outputs[4], outputs[5], bucket), {0: np.array([0])})
+            for tensor in outputs:
+                self.ttnn.deallocate(tensor)
 
     def decode(self, image_state: ChipImageState, prompt_states: list[Any]) -> DecodedBatch:
-        """All prompts in one batch: the fusion encoder on the chip, the rest on the host."""
-        ttnn = self.ttnn
-        real = len(prompt_states)
-        if real > self.buckets[-1]:
-            raise EngineError(f"{real} prompts: this engine was warmed up for at most {self.buckets[-1]}")
-        padded = bucket_for(real)
-        prompts, prompt_mask = self.host.prompt_tokens(
-            image_state.host, [*prompt_states, *[prompt_states[0]] * (padded - real)]
+        """All prompts in one replay of their bucket's trace; scores, presence and boxes read back."""
+        count = len(prompt_states)
+        if count > self.buckets[-1]:
+            raise EngineError(f"{count} prompts: this engine was warmed up for at most {self.buckets[-1]}")
+        features, valid = self._prompt_rows(prompt_states)
+        self.prompts.set_prompts(features, valid)
+        logits, presence, boxes, _, embeddings, pixels = self.prompts.run(*self._inputs(image_state))
+        queries = slice(1, 1 + self.decoder.queries)
+        read = self._read
+        return DecodedBatch(
+            logits=read(logits)[:count, queries, 0],
+            boxes=cxcywh_to_xyxy(read(boxes)[:count, queries, :4]),
+            presence=read(presence)[:count, 0, 0],
+            mask_source=ChipMasks(embeddings, pixels, count),
         )
-        count, tokens = prompts.shape[0], padded_length(prompts.shape[1])
-        sequence = image_state.tokens.shape[1]
-        prompt = self._upload(torch.nn.functional.pad(prompts.float(), (0, 0, 0, tokens - prompts.shape[1])))
-        mask = self._upload(key_padding_mask(sequence, prompt_mask, tokens))
-        # The encoder consumes its input: a fresh copy per decode (a repeat by ones would hand back
-        # the image trace's own output buffer).
-        if count == 1:
-            vision = ttnn.clone(image_state.tokens, memory_config=self.settings.memory)
-        else:
-            vision = ttnn.repeat(image_state.tokens, (count, 1, 1), memory_config=self.settings.memory)
-        try:
-            encoded = fusion_encoder(
-                ttnn,
-                vision,
-                prompt,
-                self._position,
-                mask,
-                self.weights,
-                self.fusion_config,
-                self.settings,
-                self.fusion_layers,
-            )
-        finally:
-            ttnn.deallocate(prompt)
-            ttnn.deallocate(mask)
-        encoded_host = ttnn.to_torch(encoded)[:real].to(self.dtype)
-        ttnn.deallocate(encoded)
-        return self.host.decode_encoded(image_state.host, prompts[:real], prompt_mask[:real], encoded_host)
 
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
     ) -> np.ndarray:
-        return self.host.fetch_masks(decoded, prompt_index, query_index)
+        """Mask logits (k, H, W) of the asked queries: up to MASK_ROWS per prompt per read."""
+        masks: ChipMasks = decoded.mask_source
+        side = self.pixel.output_side
+        out = np.empty((len(prompt_index), side, side), dtype=np.float32)
+        pending = {int(p): list(np.nonzero(prompt_index == p)[0]) for p in np.unique(prompt_index)}
+        while any(pending.values()):
+            chunk = {p: rows[:MASK_ROWS] for p, rows in pending.items() if rows}
+            picked = self._mask_rows(masks, {p: query_index[rows] for p, rows in chunk.items()})
+            for p, rows in chunk.items():
+                out[rows] = picked[p, : len(rows)].reshape(len(rows), side, side)
+                pending[p] = pending[p][MASK_ROWS:]
+        return out
 
     def close(self) -> None:
-        """Free the device weights and tables (the chip itself is the image encoder's to close)."""
+        """Free the device buffers and weights (the chip itself is the image encoder's)."""
         if self._closed:
             return
         self._closed = True
-        for tensor in [*self.weights.values(), self._position]:
-            if tensor is not None and tensor.is_allocated():
+        self.prompts.release()
+        held = [
+            self.w_fusion,
+            self.w_decoder,
+            self.w_scoring,
+            self.w_head,
+            self.constants,
+            self.selectors,
+        ]
+        for tensor in [t for group in held for t in group.values()] + [
+            t for pair in self._conv_weights.values() for t in pair if t is not None
+        ]:
+            if tensor is not None and tensor.device() is not None:
                 self.ttnn.deallocate(tensor)
-        self.weights, self._position = {}, None
         self.host.close()
 
-    def _upload(self, values: torch.Tensor) -> Any:
+    # the chip's work -----------------------------------------------------------------------------
+    def _inputs(self, image_state: ChipImageState) -> tuple[Any, ...]:
+        return image_state.fine, image_state.middle, image_state.coarse, image_state.class_tile
+
+    def _forward(
+        self,
+        bucket: int,
+        features: Any,
+        masks: dict[str, Any],
+        fine: Any,
+        middle: Any,
+        coarse: Any,
+        class_tile: Any,
+    ) -> list[Any]:
+        """The prompt trace for `bucket` prompts: logits, presence, boxes, scores (B, Q, .), mask
+        embeddings (B, Q, C) and per-pixel embeddings (B, H*W, C); leaves every input allocated."""
+        ttnn, settings = self.ttnn, self.settings
+        placed = ttnn.matmul(
+            self.constants["placement"],
+            class_tile,
+            memory_config=settings.memory,
+            compute_kernel_config=settings.exact_kernel,
+        )
+        prompt = ttnn.add(features, placed, memory_config=settings.memory)
+        ttnn.deallocate(placed)
+        tokens = ttnn.reshape(coarse, (1, coarse.shape[-2], coarse.shape[-1]))
+        vision = (
+            ttnn.clone(tokens, memory_config=settings.memory)
+            if bucket == 1
+            else ttnn.repeat(tokens, (bucket, 1, 1), memory_config=settings.memory)
+        )
+        encoded = fusion_encoder(
+            ttnn,
+            vision,
+            prompt,
+            self.constants["position"],
+            masks["image"],
+            self.w_fusion,
+            self.fusion,
+            settings,
+            self.fusion_layers,
+        )
+        keyed = ttnn.add(encoded, self.constants["position"], memory_config=settings.memory)
+        stack = decoder_stack(
+            ttnn,
+            DecoderStackInputs(prompt, masks["queries"], encoded, keyed),
+            self.w_decoder,
+            self.decoder,
+            settings,
+        )
+        ttnn.deallocate(keyed)
+        for tensor in [*stack.queries[:-1], *stack.boxes[:-1]]:
+            ttnn.deallocate(tensor)
+        pool_rows = ttnn.softmax(masks["pool"], -1, memory_config=settings.memory)
+        pool = ttnn.reshape(pool_rows, (bucket, 1, PROMPT_TOKENS))
+        logits = query_logits(ttnn, stack.hidden, prompt, pool, self.w_scoring, self.scoring, settings)
+        ttnn.deallocate(pool_rows)
+        presence = presence_logits(ttnn, stack.hidden, self.w_scoring, self.scoring, settings)
+        scores = detection_scores(ttnn, logits, presence, self.selectors[bucket], settings)
+        ttnn.deallocate(stack.hidden)
+        attended = head.prompt_cross_attention(
+            ttnn, encoded, prompt, masks["image"], self.w_head, self.head_shape, self.head_eps, settings
+        )
+        ttnn.deallocate(encoded)
+        ttnn.deallocate(prompt)
+        pixels = head.pixel_decoder(
+            ttnn,
+            self.device,
+            attended,
+            [fine, middle],
+            self.w_head,
+            self.pixel,
+            settings,
+            self._conv_weights,
+            self._conv_dtype,
+        )
+        ttnn.deallocate(attended)
+        embeddings = head.mask_embeddings(ttnn, stack.queries[-1], self.w_head, settings)
+        ttnn.deallocate(stack.queries[-1])
+        return [logits, presence, stack.boxes[-1], scores, embeddings, pixels]
+
+    def _mask_rows(self, masks: ChipMasks, rows: dict[int, np.ndarray]) -> np.ndarray:
+        """(B, MASK_ROWS, H*W) logits of the asked query rows of each prompt: a one-hot selection
+        of the embeddings, then the product with the pixels (fixed shapes, compiled at warm-up)."""
+        ttnn, settings = self.ttnn, self.settings
+        bucket = masks.embeddings.shape[0]
+        selection = torch.zeros(bucket, MASK_ROWS, self.decoder.rows)
+        for prompt, queries in rows.items():
+            selection[prompt, np.arange(len(queries)), 1 + np.asarray(queries)] = 1.0
+        chosen = ttnn.matmul(
+            self._tensor(selection),
+            masks.embeddings,
+            memory_config=settings.memory,
+            compute_kernel_config=settings.exact_kernel,
+        )
+        logits = head.mask_logits(ttnn, chosen, masks.pixels, self.w_head, settings)
+        ttnn.deallocate(chosen)
+        values = self._read(logits)
+        ttnn.deallocate(logits)
+        return values
+
+    # host helpers ----------------------------------------------------------------------------------
+    def _prompt_rows(self, prompt_states: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, 33, C) text features with a zero row where the class token goes, and their (P, 33)
+        validity (the class token valid)."""
+        features = torch.stack([s.features.float() for s in prompt_states])
+        valid = torch.stack([s.mask.bool() for s in prompt_states])
+        count, width = features.shape[0], features.shape[-1]
+        features = torch.cat([features, torch.zeros(count, 1, width)], dim=1)
+        valid = torch.cat([valid, torch.ones(count, 1, dtype=torch.bool)], dim=1)
+        return features, valid
+
+    def _tensor(self, values: torch.Tensor) -> Any:
         ttnn = self.ttnn
         return ttnn.from_torch(
             values.float(),
@@ -214,3 +342,27 @@ class ChipPromptPath:
             device=self.device,
             memory_config=ttnn.DRAM_MEMORY_CONFIG,
         )
+
+    def _read(self, tensor: Any) -> np.ndarray:
+        return self.ttnn.to_torch(tensor).float().numpy()
+
+
+def sine_position(model: Any, side: int, channels: int) -> torch.Tensor:
+    """The neck's sine position encoding (1, C, side, side) of a square map: a function of the
+    shape only, made once on the host (the fusion encoder's, decoder's and geometry encoder's keys)."""
+    encoding = model.vision_encoder.neck.position_encoding
+    with torch.no_grad():
+        return encoding((1, channels, side, side), torch.device("cpu"), torch.float32).float()
+
+
+def placement_matrix() -> torch.Tensor:
+    """(1, T, 32) 0/1: P @ class_tile puts the tile's rows at rows 32..63 (the text's rows get 0)."""
+    matrix = torch.zeros(1, PROMPT_TOKENS, TILE)
+    matrix[0, TEXT_TOKENS + torch.arange(TILE), torch.arange(TILE)] = 1.0
+    return matrix
+
+
+def cxcywh_to_xyxy(boxes: np.ndarray) -> np.ndarray:
+    """Centre-size boxes to corners, as transformers' box_cxcywh_to_xyxy."""
+    cx, cy, w, h = np.moveaxis(boxes, -1, 0)
+    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).astype(np.float32)
