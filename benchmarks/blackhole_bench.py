@@ -13,13 +13,17 @@ Tables from one forward of the engine's image path, run by tools/ttnn_mock/image
 - the roofline cost model of the same forward (benchmarks/trace_cost.py): FLOPs, DRAM bytes
   and time at p150a peaks per stage and for the frame, beside the ViT's physical floor and
   the 40 ms goal, and the ops that take the most modelled time;
+- the prompt trace beside it (benchmarks/prompt_trace.py: the sequence the engine's chip prompt
+  path replays per prompt batch, and its mask read after the replay, logged by the strict
+  emulator on shape-only tensors for 1, 4 and 16 prompts), per stage and per trace, and the
+  predicted device time per frame for 1, 4 and 16 prompts against issue 12's goals;
 - (full size) the fused attention at each q/k chunk size that divides SAM 3's sequences: whether
   the real library accepts it (tools/ttnn_mock/sdpa_chunks.py), its circular buffers per core,
   and its modelled time over the blocks of each kind.
 
 Full size: SAM 3's real architecture (random-free: the weights are zeros, nothing computes), on
 the harvested 11x10 grid of a real p150a and on an unharvested 13x10 one. --quick: the tiny
-model on 11x10 only (a smoke run: the numbers say nothing).
+model on 11x10 only, and the tiny model's prompt trace (a smoke run: the numbers say nothing).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import blackhole_host, report, trace_cost
+from . import blackhole_host, prompt_trace, report, trace_cost
 
 REPO = Path(__file__).resolve().parents[1]
 TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
@@ -291,6 +295,85 @@ def print_cost_model(result: dict[str, Any]) -> None:
     )
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def prompt_trace_rows(logs: dict[int, list[dict[str, Any]]]) -> tuple[list, dict[int, dict[str, float]]]:
+    """Per-stage rows (label, blocks, ops, ms per prompt count) and per-count totals: "trace" (the
+    replay) and "read" (the mask read after it)."""
+    stages: dict[str, list[object]] = {}
+    totals: dict[int, dict[str, float]] = {}
+    for prompts, ops in logs.items():
+        costs = trace_cost.price_all(ops)
+        for stage in trace_cost.by_stage(costs):
+            row = stages.setdefault(stage.label, [stage.label, stage.blocks or "", stage.ops])
+            row.append(_ms(stage.seconds))
+        read = sum(c.seconds for c in costs if c.stage == prompt_trace.MASK_READ)
+        totals[prompts] = {"trace": sum(c.seconds for c in costs) - read, "read": read}
+    return list(stages.values()), totals
+
+
+def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> None:
+    """The prompt trace's cost model per stage, then both traces per frame against the goals."""
+    size = "tiny" if quick else "full"
+    counts = prompt_trace.PROMPT_COUNTS
+    report.progress(f"prompt trace ({size}) through the emulator, shapes only: {counts} prompts")
+    logs, shapes = prompt_trace.record(size)
+    report.title(
+        f"prompt trace cost model ({size}: {shapes.encoder_layers} fusion-encoder and "
+        f"{shapes.decoder_layers} decoder layers, {shapes.queries} queries, {shapes.image_tokens} image "
+        f"tokens), roofline ms at {trace_cost.PEAK_CORES} cores, P prompts in one replay"
+    )
+    rows, totals = prompt_trace_rows(logs)
+    first = logs[counts[0]]
+    replay_ops = sum(1 for op in first if op["stage"] != prompt_trace.MASK_READ)
+    rows.append(["prompt trace (replay)", "", replay_ops, *(_ms(totals[p]["trace"]) for p in counts)])
+    report.table(["stage", "blocks", "ops", *(f"P={p} ms" for p in counts)], rows)
+    print(
+        "the sequence ChipPromptPath replays (benchmarks/prompt_trace.py), ops at P=1 (each stage issues "
+        "as many for every P); the mask read runs after the replay, outside the trace, on the kept "
+        "rows (32 per prompt); nothing of the prompt path is left unported"
+    )
+    image = sum(c.seconds for c in trace_cost.price_all(image_ops))
+    one = totals[counts[0]]["trace"] + totals[counts[0]]["read"]
+    report.title("per frame: image trace + prompt trace + mask read (device time, roofline, 120 cores)")
+    frame_rows = []
+    for prompts in counts:
+        total = totals[prompts]
+        frame = image + total["trace"] + total["read"]
+        extra = (total["trace"] + total["read"] - one) / (prompts - 1) if prompts > 1 else None
+        frame_rows.append(
+            [
+                prompts,
+                _ms(image),
+                _ms(total["trace"]),
+                _ms(total["read"]),
+                _ms(frame),
+                _ms(extra) if extra is not None else "",
+            ]
+        )
+    report.table(
+        ["prompts", "image trace ms", "prompt trace ms", "mask read ms", "frame ms", "per extra prompt ms"],
+        frame_rows,
+    )
+    extra_ms = max((sum(totals[p].values()) - one) / (p - 1) for p in counts if p > 1) * 1e3
+    frame_ms = (image + one) * 1e3
+    goals = trace_cost
+    print(
+        f"goals (issue 12): image trace <= {goals.GOAL_MS:.0f} ms (predicted {image * 1e3:.1f}, "
+        f"{image * 1e3 / goals.GOAL_MS:.2f}x); <= {goals.EXTRA_PROMPT_GOAL_MS:.0f} ms per extra prompt "
+        f"(predicted up to {extra_ms:.1f}, {extra_ms / goals.EXTRA_PROMPT_GOAL_MS:.1f}x); "
+        f"<= {goals.FRAME_TO_MASK_GOAL_MS:.0f} ms frame to mask (device alone, 1 prompt: "
+        f"{frame_ms:.1f}, {frame_ms / goals.FRAME_TO_MASK_GOAL_MS:.2f}x)"
+    )
+    print(
+        "predicted frame = the traces and the mask read back to back at their roofline (no dispatch cost, "
+        "no overlap); the host work per frame (first table), the upload, the score readback and the "
+        "host's pick of the kept rows come on top"
+    )
+
+
 def main(quick: bool) -> None:
     blackhole_host.print_host_table(quick)
     sys.path.insert(0, str(REPO / "tools"))
@@ -328,5 +411,6 @@ def main(quick: bool) -> None:
         print_peaks(name, result)
     print_largest_ops(per_op)
     print_cost_model(first)
+    print_two_traces(first["ops"], quick)
     if attention:
         print_attention_chunks(attention, blocks_of_each_kind(first["ops"]))

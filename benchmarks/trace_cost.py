@@ -1,13 +1,15 @@
-"""A roofline cost model of the image trace: each op's FLOPs, DRAM bytes and time at p150a peaks.
+"""A roofline cost model of the two traces: each op's FLOPs, DRAM bytes and time at p150a peaks.
 
-Input: the op log of one image-path forward, as tools/ttnn_mock/oplog.py records it (the
-engine's ttnn calls with their tensors' shapes, dtypes, layouts, fidelity and stage), from the
-real library on a mock p150a or from the emulator. Nothing here runs an op.
+Input: the op log of one image-path forward, or of one prompt-trace replay (benchmarks/
+prompt_trace.py), as tools/ttnn_mock/oplog.py records it (the engine's ttnn calls with their
+tensors' shapes, dtypes, layouts, fidelity and stage), from the real library on a mock p150a or
+from the emulator. Nothing here runs an op.
 
 Per op: time = max(FLOPs / matrix peak at its fidelity, DRAM bytes / DRAM bandwidth). The
 peaks are DESIGN.md's p150a figures for 120 cores; `cores` scales the matrix peak to the grid
 the device opened. What the model assumes, so its numbers are read for what they are:
-- matrix FLOPs are counted on tile-padded shapes: linear/matmul 2*M*K*N per batch, fused
+- matrix FLOPs are counted on tile-padded shapes: linear/matmul 2*M*K*N per batch (with
+  transpose_a/transpose_b read from the call), fused
   attention 4*B*H*Sq*Sk*D (QK^T and PV), conv2d 2*H*W*Cout*Cin*kh*kw; every other op is
   data movement or SFPU work and is priced by its DRAM traffic only (SFPU throughput, e.g. the
   exp of softmax and attention or the gelu, is not modelled);
@@ -41,6 +43,9 @@ DEFAULT_FIDELITY = "HIFI4"
 #: The physical floor of SAM 3's ViT at HiFi2 and the frame goal (DESIGN.md 5, issue 11).
 VIT_FLOOR_MS = 16.0
 GOAL_MS = 40.0
+#: Issue 12's goals beside it: each prompt beyond the first, and camera frame to published mask.
+EXTRA_PROMPT_GOAL_MS = 3.0
+FRAME_TO_MASK_GOAL_MS = 50.0
 TILE = 32
 BYTES_PER_VALUE = {
     "BFLOAT16": 2.0,
@@ -89,11 +94,19 @@ class OpCost:
 def stage_label(stage: str, windowed: bool | None) -> str:
     if stage == "vit_block":
         return "ViT windowed blocks" if windowed else "ViT global blocks"
-    return {
-        "patch_embed": "patch embedding",
-        "neck": "FPN neck",
-        "geometry_encoder": "geometry class token",
-    }.get(stage, stage)
+    return STAGE_LABELS.get(stage, stage)
+
+
+STAGE_LABELS = {
+    "patch_embed": "patch embedding",
+    "neck": "FPN neck",
+    "geometry_encoder": "geometry class token",
+    "fusion_encoder": "fusion encoder layers",
+    "decoder": "decoder layers and glue",
+    "scoring": "scoring",
+    "segmentation_head": "segmentation head",
+    "selection": "on-device selection",
+}
 
 
 def padded(shape: Sequence[int], layout: str) -> list[int]:
@@ -133,7 +146,10 @@ def matrix_flops(op: dict[str, Any]) -> float:
         a = padded(inputs[0]["shape"], inputs[0]["layout"])
         b = padded(inputs[1]["shape"], inputs[1]["layout"])
         batch = max(math.prod(a[:-2]), math.prod(b[:-2]))
-        return 2.0 * batch * a[-2] * a[-1] * b[-1]
+        options = op.get("options", {})
+        rows, inner = (a[-1], a[-2]) if options.get("transpose_a") else (a[-2], a[-1])
+        columns = b[-2] if options.get("transpose_b") else b[-1]
+        return 2.0 * batch * rows * inner * columns
     if name == ATTENTION and len(inputs) >= 2:
         q = padded(inputs[0]["shape"], inputs[0]["layout"])
         k = padded(inputs[1]["shape"], inputs[1]["layout"])
@@ -219,6 +235,16 @@ STAGE_ORDER = (
     "FPN neck",
     "geometry class token",
 )
+#: The prompt trace's stages in replay order, then the mask read after it (benchmarks/prompt_trace.py).
+PROMPT_STAGE_ORDER = (
+    "between modules",
+    "fusion encoder layers",
+    "decoder layers and glue",
+    "scoring",
+    "on-device selection",
+    "segmentation head",
+    "mask read (after the replay)",
+)
 
 
 def by_stage(costs: Iterable[OpCost]) -> list[StageTotal]:
@@ -237,7 +263,7 @@ def by_stage(costs: Iterable[OpCost]) -> list[StageTotal]:
             blocks[cost.stage_label].add(cost.block)
     for label, seen in blocks.items():
         totals[label].blocks = len(seen)
-    order = {label: i for i, label in enumerate(STAGE_ORDER)}
+    order = {label: i for i, label in enumerate(STAGE_ORDER + PROMPT_STAGE_ORDER)}
     return sorted(totals.values(), key=lambda t: order.get(t.label, len(order)))
 
 

@@ -95,6 +95,12 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     # blackhole: the mock p150a's per-stage peaks and the cost model (or why they did not run)
     assert "ttnn engine: host work per frame" in out and "Blackhole image path on a mock p150a" in out
     assert "not run:" in out or ("per-core peak L1 by stage" in out and "predicted image trace:" in out)
+    # blackhole: the prompt trace beside the image trace, and the frame per prompt count
+    if "predicted image trace:" in out:
+        assert "== prompt trace cost model (tiny:" in out and "mask read (after the replay)" in out
+        frame_rows = [line.split() for line in out.split("== per frame:")[1].splitlines()[3:6]]
+        assert [row[0] for row in frame_rows] == ["1", "4", "16"]
+        assert "goals (issue 12): image trace <= 40 ms" in out
 
 
 def test_only_runs_the_named_section() -> None:

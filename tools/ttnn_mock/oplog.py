@@ -7,11 +7,14 @@ is not in RUNTIME: opening, moving data, traces) is logged as an ``OpRecord`` be
 result is returned. Nothing about the engine is written down here: the ops are whatever the
 engine's code calls.
 
-The stage of each op is read from the call stack, by the engine's own function names:
-inside ``vit_embeddings`` -> "patch_embed", inside ``vit_layer`` -> "vit_block" (with the
-block's running number and its ``windowed`` argument), anything in ttnn_model/neck.py ->
-"neck", anything in ttnn_model/geometry_encoder.py -> "geometry_encoder", else "other". A
-renamed function shows as ops in "other", which the op-count test catches.
+The stage of each op is read from the call stack, by the engine's own function and file names
+(StageTracker's tables): inside ``vit_layer`` -> "vit_block" (with the block's running number and
+its ``windowed`` argument), ``fusion_encoder_layer`` -> "fusion_encoder" and ``decoder_layer`` ->
+"decoder" (with theirs), inside ``vit_embeddings`` -> "patch_embed"; by file in ttnn_model/:
+neck.py -> "neck", geometry_encoder.py -> "geometry_encoder", decoder.py (outside its layers) ->
+"decoder", scoring.py -> "scoring", selection.py -> "selection", segmentation_head.py ->
+"segmentation_head"; else "other". A renamed function shows as ops in "other", which the op-count
+tests catch.
 """
 
 from __future__ import annotations
@@ -152,34 +155,54 @@ def _options(args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, dict[str,
     return fidelity, options
 
 
+#: Functions whose every call is one block of a stage: (stage, running block number). They
+#: decide the stage even when an inner frame matches a file below (a decoder layer's MLP is
+#: fusion_encoder.mlp).
+BLOCK_FUNCTIONS = {
+    "vit_layer": "vit_block",
+    "fusion_encoder_layer": "fusion_encoder",
+    "decoder_layer": "decoder",
+}
+#: Functions and files that name a stage without blocks, matched from the innermost frame out.
+STAGE_FUNCTIONS = {"vit_embeddings": "patch_embed"}
+STAGE_FILES = {
+    "neck.py": "neck",
+    "geometry_encoder.py": "geometry_encoder",
+    "decoder.py": "decoder",
+    "scoring.py": "scoring",
+    "segmentation_head.py": "segmentation_head",
+    "selection.py": "selection",
+}
+
+
 class StageTracker:
-    """Which stage of the image path the current call comes from, read off the call stack."""
+    """Which stage of the image or prompt path the current call comes from, read off the call
+    stack: a block function anywhere on it wins, else the innermost function or file named above."""
 
     def __init__(self) -> None:
-        self._block_frame: types.FrameType | None = None
-        self.block = -1
+        self._block_frames: dict[str, types.FrameType] = {}
+        self._blocks: dict[str, int] = {}
         #: The op being run (name, stage, block): what failed when a call raises.
         self.pending: tuple[str, str, int | None] | None = None
 
     def stage(self) -> tuple[str, int | None, bool | None]:
         frame = sys._getframe(2)
+        named: str | None = None
         while frame is not None:
             code = frame.f_code
             path = code.co_filename.replace("\\", "/")
             if "ttnn_model/" in path:
-                if path.endswith("ttnn_model/neck.py"):
-                    return "neck", None, None
-                if path.endswith("ttnn_model/geometry_encoder.py"):
-                    return "geometry_encoder", None, None
-                if code.co_name == "vit_layer":
-                    if frame is not self._block_frame:
-                        self._block_frame = frame
-                        self.block += 1
-                    return "vit_block", self.block, bool(frame.f_locals.get("windowed"))
-                if code.co_name == "vit_embeddings":
-                    return "patch_embed", None, None
+                stage = BLOCK_FUNCTIONS.get(code.co_name)
+                if stage is not None:
+                    if frame is not self._block_frames.get(stage):
+                        self._block_frames[stage] = frame
+                        self._blocks[stage] = self._blocks.get(stage, -1) + 1
+                    windowed = bool(frame.f_locals.get("windowed")) if stage == "vit_block" else None
+                    return stage, self._blocks[stage], windowed
+                if named is None:
+                    named = STAGE_FUNCTIONS.get(code.co_name) or STAGE_FILES.get(path.rsplit("/", 1)[-1])
             frame = frame.f_back
-        return "other", None, None
+        return named or "other", None, None
 
 
 class Recorder:

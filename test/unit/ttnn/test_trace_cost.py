@@ -203,3 +203,13 @@ def test_stage_sums_add_up_to_the_frame():
     assert [s.label for s in stages] == list(trace_cost.STAGE_ORDER)
     assert sum(s.seconds for s in stages) == pytest.approx(sum(c.seconds for c in costs))
     assert trace_cost.dominant(costs, top=1)[0].count == 1
+
+
+def test_matmul_with_transposed_b_counts_the_rows_of_b():
+    """x @ y^T (the mask logits: 224 query rows against 82944 pixel rows) is 2*M*K*N with N the
+    rows of y, not its columns."""
+    queries, pixels = _tensor((1, 224, 256)), _tensor((1, 82944, 256))
+    cost = trace_cost.price(
+        _op("matmul", [queries, pixels], [_tensor((1, 224, 82944))], "HIFI2", transpose_b=True)
+    )
+    assert cost.flops == 2 * 224 * 256 * 82944
