@@ -24,8 +24,8 @@ class DelegatingEngine:
     def describe(self) -> dict[str, str]:
         return self.inner.describe()
 
-    def encode_image(self, pixel_values: np.ndarray) -> Any:
-        return self.inner.encode_image(pixel_values)
+    def encode_image(self, image: np.ndarray) -> Any:
+        return self.inner.encode_image(image)
 
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
         return self.inner.encode_prompts(prompts)
@@ -81,7 +81,7 @@ class CannedEngine:
     def describe(self) -> dict[str, str]:
         return {"engine": self.name, "device": "none", "dtype": "float32"}
 
-    def encode_image(self, pixel_values: np.ndarray) -> None:
+    def encode_image(self, image: np.ndarray) -> None:
         return None
 
     def encode_prompts(self, prompts: list[str]) -> list[None]:
@@ -124,6 +124,6 @@ class SlowEngine(DelegatingEngine):
     def describe(self) -> dict[str, str]:
         return {**self.inner.describe(), "slowed": f"+{self.extra_seconds * 1000:.0f} ms per image"}
 
-    def encode_image(self, pixel_values: np.ndarray) -> Any:
+    def encode_image(self, image: np.ndarray) -> Any:
         time.sleep(self.extra_seconds)
-        return self.inner.encode_image(pixel_values)
+        return self.inner.encode_image(image)

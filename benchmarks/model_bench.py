@@ -197,7 +197,7 @@ def prompt_path_ablation(setup: Setup, prompts: list[str]) -> tuple[float, float
     from tt_sam3_ros.engines.torch_engine import TorchEngine
 
     engine = TorchEngine(setup.model, setup.tokenizer, device="cpu", dtype="float32")
-    image = engine.encode_image(preprocess.to_model_input(setup.image))
+    image = engine.encode_image(preprocess.resize_to_model(setup.image))
     texts = engine.encode_prompts(prompts)
     count = len(prompts)
     vision = Sam3VisionEncoderOutput(

@@ -273,7 +273,7 @@ def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
     from tt_sam3_ros.tiny_model import build_tiny_sam3
 
     report.progress("correctness: tiny model on the device vs the CPU in fp32")
-    pixels = preprocess.to_model_input(scenes.picture(480, 640))
+    pixels = preprocess.resize_to_model(scenes.picture(480, 640))
     prompts = scenes.PROMPTS
     outputs = {}
     for name, device, dtype in (("cpu fp32", "cpu", "float32"), ("device", str(settings.device), "bfloat16")):
@@ -304,7 +304,7 @@ def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
     )
     if not passed:
         outcome.failures.append("correctness: device outputs outside the bounds")
-    print(graph_breaks(build_tiny_sam3(seed=0), pixels))
+    print(graph_breaks(build_tiny_sam3(seed=0), preprocess.normalise(pixels)))
 
 
 def graph_breaks(model: Any, pixels: np.ndarray) -> str:
@@ -343,7 +343,7 @@ def stage_row(
 
     engine = segmenter.engine
     clock, memory = Clock(settings.device), Memory(settings.device)
-    pixels = preprocess.to_model_input(image)
+    pixels = preprocess.resize_to_model(image)
 
     def median(run: Callable[[], object]) -> float:
         return clock.median(run, settings.repeats, settings.warmup)
@@ -405,8 +405,8 @@ def print_stage_table(rows: list[StageRow], settings: Settings, title: str) -> N
     )
     print(
         f"median of {settings.repeats} after {settings.warmup} warm-up call(s), "
-        f"{Clock(settings.device).kind}. image encoder: pixels (1, 3, 1008, 1008) to image features, "
-        "with the image-only prompt stages; text encoder: the prompts in one batch; prompt path: "
+        f"{Clock(settings.device).kind}. image encoder: the resized uint8 image (1008, 1008, 3) to image "
+        "features, with the image-only prompt stages; text encoder: the prompts in one batch; prompt path: "
         "decode of all prompts against one image; frame: Sam3Segmenter, uint8 pixels in, "
         "instances in source pixels out, with the prompts' encodings cached (a steady prompt set, "
         "as the node runs) or encoded in the call; instances: how many the default threshold "
@@ -514,7 +514,7 @@ def compiled_rows(
     compile_s = time.perf_counter() - start
     segmenter = Sam3Segmenter(engine)
     rows = stage_rows(settings, segmenter, image, "compiled")
-    pixels = preprocess.to_model_input(image)
+    pixels = preprocess.resize_to_model(image)
     decoded = engine.decode(engine.encode_image(pixels), engine.encode_prompts(scenes.PROMPTS))
     agreement, score_diff = compare(everything(engine, decoded), eager)
     print_stage_table(rows, settings, "model: ours with compile_image_encoder=True (torch.compile)")
@@ -563,7 +563,7 @@ def main(settings: Settings) -> list[str]:
     flops = image_encoder_flops(model.config)
     print(throughput_line(flops, rows))
     eager_decoded = engine.decode(
-        engine.encode_image(preprocess.to_model_input(image)), engine.encode_prompts(scenes.PROMPTS)
+        engine.encode_image(preprocess.resize_to_model(image)), engine.encode_prompts(scenes.PROMPTS)
     )
     eager = everything(engine, eager_decoded)
     del eager_decoded

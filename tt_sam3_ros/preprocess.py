@@ -4,6 +4,9 @@ SAM 3 squashes the whole image to 1008x1008 (aspect ratio not kept) with bilinea
 antialiased resampling, then maps [0, 255] to [-1, 1]. We resample with the same
 torchvision call transformers' Sam3Processor makes, so our pixels equal the
 reference pipeline's; boxes and masks are mapped back to source pixels afterwards.
+Engines take the resized uint8 image (``resize_to_model``); the torch engine normalises it
+(``normalise``), the ttnn engine uploads it as it is and folds the normalisation into the
+chip's patch embedding.
 """
 
 from __future__ import annotations
@@ -169,15 +172,13 @@ def _check_array(image: np.ndarray, max_side: int) -> np.ndarray:
     return image
 
 
-def to_model_input(rgb: np.ndarray) -> np.ndarray:
-    """uint8 RGB (H, W, 3) -> float32 (1, 3, 1008, 1008) in [-1, 1].
+def resize_to_model(rgb: np.ndarray) -> np.ndarray:
+    """uint8 RGB (H, W, 3) -> uint8 RGB (1008, 1008, 3): the model's resize, what every engine takes.
 
-    Resampled like Sam3Processor: bilinear with antialiasing on the uint8 image
-    (torchvision rounds back to uint8), then x / 255 * 2 - 1 (mean 0.5, std 0.5).
-
-    The normalisation runs in numpy, on one thread and in place: the same float32 operations
-    as the processor's (so the same bits), without torch's thread pool, whose workers stall
-    when the cores are busy with other work, as a robot's are (`make bench`, host section).
+    Resampled like Sam3Processor: bilinear with antialiasing on the uint8 image, rounded back
+    to uint8 by torchvision. Its output is channels-last in memory, so the (H, W, 3) array
+    costs no copy; the normalisation is the engine's (``normalise``, or folded into the chip's
+    patch embedding), so the host hands over a quarter of the bytes.
     """
     import torch
     from torchvision.transforms.v2 import functional as tvf
@@ -189,8 +190,19 @@ def to_model_input(rgb: np.ndarray) -> np.ndarray:
     resized = tvf.resize(
         chw, [MODEL_SIDE, MODEL_SIDE], interpolation=tvf.InterpolationMode.BILINEAR, antialias=True
     )
-    pixels = np.empty((1, 3, MODEL_SIDE, MODEL_SIDE), dtype=np.float32)
-    np.multiply(resized.numpy(), np.float32(1.0 / 255.0), out=pixels[0], dtype=np.float32)
+    return np.ascontiguousarray(resized.permute(1, 2, 0).numpy())
+
+
+def normalise(image: np.ndarray) -> np.ndarray:
+    """uint8 RGB (1008, 1008, 3) -> float32 (1, 3, 1008, 1008) in [-1, 1]: x / 255 * 2 - 1.
+
+    Sam3Processor's normalisation (mean 0.5, std 0.5), in the same float32 operations (so the
+    same bits). It runs in numpy, on one thread and in place, without torch's thread pool, whose
+    workers stall when the cores are busy with other work, as a robot's are (`make bench`, host
+    section).
+    """
+    pixels = np.empty((1, 3, *image.shape[:2]), dtype=np.float32)
+    np.multiply(image.transpose(2, 0, 1), np.float32(1.0 / 255.0), out=pixels[0], dtype=np.float32)
     pixels -= np.float32(0.5)
     pixels /= np.float32(0.5)
     return pixels

@@ -133,9 +133,9 @@ class Sam3Segmenter:
             check_settings(threshold, max_instances)
             rgb = preprocess.load_image(image, self.max_image_side)
         with _timed(timing, "preprocess"):
-            pixel_values = preprocess.to_model_input(rgb)
+            image = preprocess.resize_to_model(rgb)
         with _timed(timing, "image_encoder"):
-            image_state = self.engine.encode_image(pixel_values)
+            image_state = self.engine.encode_image(image)
         with _timed(timing, "text_encoder"):
             prompt_states = self._prompt_states(prompts)
         with _timed(timing, "decoder"):

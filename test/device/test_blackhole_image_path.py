@@ -38,8 +38,15 @@ def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def pixels(seed: int) -> np.ndarray:
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.rand(1, 3, 1008, 1008, generator=generator) * 2 - 1).numpy()
+    """A random resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
+    return np.random.default_rng(seed).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+
+
+def normalised(image: np.ndarray) -> torch.Tensor:
+    """What transformers' model is given for `image`: Sam3Processor's normalisation."""
+    from tt_sam3_ros import preprocess
+
+    return torch.from_numpy(preprocess.normalise(image))
 
 
 def _sharpen_vit(model) -> None:
@@ -97,11 +104,12 @@ def engine(blackhole, model, tokenizer):
 def test_vit_blocks_match_transformers(engine, model, blackhole):
     """Embeddings, one windowed and one global block, each fed transformers' own input."""
     from tt_sam3_ros.engines.ttnn_model import vit
-    from tt_sam3_ros.engines.ttnn_model.config import patchify, window_order
+    from tt_sam3_ros.engines.ttnn_model.config import window_order
 
     ttnn, config, device = blackhole, engine.config, engine.device
     order = window_order(config)
-    image = torch.from_numpy(pixels(1))
+    frame = pixels(1)
+    image = normalised(frame)
     backbone = model.vision_encoder.backbone
     with torch.no_grad():
         outputs = backbone(image, output_hidden_states=True)
@@ -121,12 +129,11 @@ def test_vit_blocks_match_transformers(engine, model, blackhole):
         rows[order] = values
         return rows
 
-    patches = ttnn.from_torch(
-        patchify(image[0], config), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device
-    )
+    # The frame as the engine uploads it: uint8, cast and patchified on the chip by vit_embeddings.
+    raw = ttnn.to_device(engine._host_input(frame), device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
     with torch.no_grad():
         embedded = backbone.layer_norm(backbone.embeddings(image).reshape(1, config.grid, config.grid, -1))
-    got = download(vit.vit_embeddings(ttnn, patches, engine.weights, config, engine.settings))
+    got = download(vit.vit_embeddings(ttnn, raw, engine.weights, config, engine.settings))
     scores = {"embeddings + pre-norm": pcc(got, embedded.reshape(config.tokens, -1))}
     windowed = next(i for i in range(config.layers) if not config.is_global(i))
     global_ = config.global_layers[0]
@@ -152,7 +159,7 @@ def test_image_features_match_transformers(engine, model):
     image = pixels(2)
     features = engine.encode_vision(image)
     with torch.no_grad():
-        reference = model.get_vision_features(pixel_values=torch.from_numpy(image))
+        reference = model.get_vision_features(pixel_values=normalised(image))
     scores = [pcc(a, b) for a, b in zip(features.fpn_hidden_states, reference.fpn_hidden_states, strict=True)]
     for feature, score in zip(features.fpn_hidden_states, scores, strict=True):
         print(f"FPN map {tuple(feature.shape)}: PCC {score:.5f}")

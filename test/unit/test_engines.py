@@ -64,7 +64,7 @@ def test_create_engine_gives_a_working_torch_engine(tiny_model, tokenizer) -> No
     assert engine.describe()["engine"] == "torch" and engine.describe()["dtype"] == "float32"
     engine.warmup()
     decoded = engine.decode(
-        engine.encode_image(np.zeros((1, 3, 1008, 1008), np.float32)), engine.encode_prompts(["a", "b"])
+        engine.encode_image(np.zeros((1008, 1008, 3), np.uint8)), engine.encode_prompts(["a", "b"])
     )
     queries = tiny_model.config.detr_decoder_config.num_queries
     assert decoded.logits.shape == (2, queries) and decoded.boxes.shape == (2, queries, 4)
@@ -76,13 +76,15 @@ def test_create_engine_gives_a_working_torch_engine(tiny_model, tokenizer) -> No
 def test_wrong_input_shape_is_refused(tiny_model, tokenizer) -> None:
     engine = TorchEngine(tiny_model, tokenizer)
     with pytest.raises(EngineError, match="1008"):
-        engine.encode_image(np.zeros((1, 3, 512, 512), np.float32))
+        engine.encode_image(np.zeros((512, 512, 3), np.uint8))
+    with pytest.raises(EngineError, match="uint8"):
+        engine.encode_image(np.zeros((1008, 1008, 3), np.float32))
 
 
 def test_bf16_runs_and_stays_close_to_fp32(tiny_model, tokenizer) -> None:
     import copy
 
-    pixels = np.random.default_rng(0).uniform(-1, 1, (1, 3, 1008, 1008)).astype(np.float32)
+    pixels = np.random.default_rng(0).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
     outputs = {}
     for dtype in ("float32", "bfloat16"):
         engine = TorchEngine(copy.deepcopy(tiny_model), tokenizer, dtype=dtype)

@@ -107,7 +107,7 @@ class ScriptedEngine:
     def describe(self) -> dict[str, str]:
         return {"engine": self.name}
 
-    def encode_image(self, pixel_values: np.ndarray) -> Any:
+    def encode_image(self, image: np.ndarray) -> Any:
         return None
 
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
@@ -228,7 +228,7 @@ def test_raw_outputs_give_results_labels_overlay_and_messages_that_keep_the_cont
     image = np.random.default_rng(case["seed"]).integers(0, 256, (height, width, 3), dtype=np.uint8)
     segmenter = Sam3Segmenter(ScriptedEngine(case["decoded"]))
     # The scripted engine ignores the model input: skip the (tested elsewhere) 1008x1008 resample.
-    with mock.patch.object(preprocess, "to_model_input", lambda rgb: None):
+    with mock.patch.object(preprocess, "resize_to_model", lambda rgb: None):
         result = segmenter(image, case["prompts"], case["threshold"], case["max_instances"])
     event(f"{min(len(result.instances), 3)}{'+' if len(result.instances) > 3 else ''} instances")
     event("some empty mask" if any(i.area == 0 for i in result.instances) else "no empty mask")

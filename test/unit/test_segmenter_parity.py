@@ -39,7 +39,9 @@ def reference_outputs(model, processor, image, prompt, with_class_token=True):
 
 
 def test_preprocessing_equals_sam3_processor(processor, rgb_image) -> None:
-    ours = preprocess.to_model_input(rgb_image)
+    image = preprocess.resize_to_model(rgb_image)
+    assert image.shape == (1008, 1008, 3) and image.dtype == np.uint8
+    ours = preprocess.normalise(image)
     theirs = processor(images=rgb_image, return_tensors="pt")["pixel_values"].numpy()
     assert ours.shape == theirs.shape == (1, 3, 1008, 1008)
     np.testing.assert_allclose(ours, theirs, atol=1e-6)
@@ -47,8 +49,8 @@ def test_preprocessing_equals_sam3_processor(processor, rgb_image) -> None:
 
 def test_batched_prompts_match_reference_per_prompt(segmenter, tiny_model, processor, rgb_image) -> None:
     engine = segmenter.engine
-    pixels = preprocess.to_model_input(rgb_image)
-    decoded = engine.decode(engine.encode_image(pixels), engine.encode_prompts(PROMPTS))
+    image = preprocess.resize_to_model(rgb_image)
+    decoded = engine.decode(engine.encode_image(image), engine.encode_prompts(PROMPTS))
     for index, prompt in enumerate(PROMPTS):
         reference, _ = reference_outputs(tiny_model, processor, rgb_image, prompt)
         np.testing.assert_allclose(decoded.logits[index], reference.pred_logits[0].numpy(), atol=1e-4)

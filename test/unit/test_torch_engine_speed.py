@@ -16,7 +16,7 @@ def decoded_pair(tiny_model, tokenizer):
     rows, cols = np.mgrid[0:120, 0:160]
     image = np.stack([rows * 2, cols, rows + cols], axis=-1).astype(np.uint8)
     engine = TorchEngine(tiny_model, tokenizer, device="cpu", dtype="float32")
-    pixels = preprocess.to_model_input(image)
+    pixels = preprocess.resize_to_model(image)
     decoded = engine.decode(engine.encode_image(pixels), engine.encode_prompts(["car", "person", "dog"]))
     return engine, decoded
 
@@ -40,10 +40,10 @@ def test_image_features_from_vision_equal_encode_image(decoded_pair, tiny_model)
     import torch
 
     engine, _ = decoded_pair
-    pixels = np.random.default_rng(3).uniform(-1, 1, (1, 3, 1008, 1008)).astype(np.float32)
-    direct = engine.encode_image(pixels)
+    image = np.random.default_rng(3).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    direct = engine.encode_image(image)
     with torch.inference_mode():
-        vision = tiny_model.get_vision_features(pixel_values=torch.from_numpy(pixels))
+        vision = tiny_model.get_vision_features(pixel_values=torch.from_numpy(preprocess.normalise(image)))
     built = engine.image_features(vision)
     prompts = engine.encode_prompts(["car"])
     np.testing.assert_allclose(

@@ -1,7 +1,7 @@
 """The one interface every engine implements, and the raw outputs it hands back.
 
 An engine runs SAM 3 on one device and nothing else: it never sees source images,
-thresholds or messages. Pre-processing (resize, normalise) happens before it and
+thresholds or messages. Pre-processing (the resize) happens before it and
 post-processing (scores, boxes in source pixels, mask upsampling) after it, in
 code shared by every engine (preprocess.py, postprocess.py).
 
@@ -59,12 +59,13 @@ class Engine(Protocol):
         """Engine, device and dtype in words, for logs and /diagnostics."""
         ...
 
-    def encode_image(self, pixel_values: np.ndarray) -> Any:
-        """Run the image path on one normalised image.
+    def encode_image(self, image: np.ndarray) -> Any:
+        """Run the image path on one image, already resized to the model's square.
 
         Args:
-            pixel_values: float32 (1, 3, 1008, 1008), RGB, normalised to [-1, 1]
-                (preprocess.to_model_input).
+            image: uint8 RGB (1008, 1008, 3) (preprocess.resize_to_model); normalising it
+                (to [-1, 1]) is the engine's first step, so the host hands over a quarter
+                of the bytes and a chip can fold it into its first layer.
 
         Returns:
             An engine-owned image state (features left on the device), valid until the

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import preprocess
 from .base import MODEL_SIDE, TEXT_CONTEXT, DecodedBatch, EngineError
 
 
@@ -159,13 +160,13 @@ class TorchEngine:
         return self.model
 
     @torch.inference_mode()
-    def encode_image(self, pixel_values: np.ndarray) -> ImageFeatures:
-        """float32 (1, 3, 1008, 1008) -> the image's features and its prompt-independent stages."""
-        if pixel_values.shape != (1, 3, MODEL_SIDE, MODEL_SIDE):
+    def encode_image(self, image: np.ndarray) -> ImageFeatures:
+        """uint8 (1008, 1008, 3) -> the image's features and its prompt-independent stages."""
+        if image.shape != (MODEL_SIDE, MODEL_SIDE, 3) or image.dtype != np.uint8:
             raise EngineError(
-                f"pixel_values must be (1, 3, {MODEL_SIDE}, {MODEL_SIDE}), got {pixel_values.shape}"
+                f"image must be uint8 ({MODEL_SIDE}, {MODEL_SIDE}, 3), got {image.dtype} {image.shape}"
             )
-        pixels = torch.from_numpy(pixel_values).to(device=self.device, dtype=self.dtype)
+        pixels = torch.from_numpy(preprocess.normalise(image)).to(device=self.device, dtype=self.dtype)
         return self.image_features(self._require_model().get_vision_features(pixel_values=pixels))
 
     @torch.inference_mode()
@@ -363,8 +364,8 @@ class TorchEngine:
 
     def warmup(self) -> None:
         """One full pass on a grey image, so allocations and kernel selection happen now."""
-        pixels = np.zeros((1, 3, MODEL_SIDE, MODEL_SIDE), dtype=np.float32)
-        decoded = self.decode(self.encode_image(pixels), self.encode_prompts(["object"]))
+        image = np.full((MODEL_SIDE, MODEL_SIDE, 3), 128, dtype=np.uint8)
+        decoded = self.decode(self.encode_image(image), self.encode_prompts(["object"]))
         self.fetch_masks(decoded, np.array([0]), np.array([0]))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -3,8 +3,9 @@
 The engine is two parts, each replaceable:
 - the image encoder on the chip (ttnn_model/image_encoder.py): patch embedding, the ViT blocks
   with window and global RoPE attention, the FPN neck and the geometry encoder's class token, as
-  one metal trace replayed per frame; it reads the four FPN maps back (the class token stays on
-  the chip for a chip prompt path: the host prompt path makes its own);
+  one metal trace replayed per frame; each frame's resized uint8 pixels are its only upload
+  (cast, patchified, tilized and normalised inside the trace); it reads the four FPN maps back
+  (the class token stays on the chip for a chip prompt path: the host prompt path makes its own);
 - a prompt path (text encoder, geometry encoder, fusion encoder, decoder, heads), today on the
   host: transformers' modules without the ViT, given the chip's maps wrapped (with the position
   encodings, computed once) in transformers' Sam3VisionEncoderOutput. Part 2b puts a chip
@@ -33,7 +34,7 @@ from ..prompts import MAX_PROMPTS
 from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from .base import DecodedBatch, EngineError
 from .ttnn_model import neck
-from .ttnn_model.config import ImagePathConfig, patchify
+from .ttnn_model.config import ImagePathConfig
 from .ttnn_model.device import (
     COMMAND_QUEUES,
     DEFAULT_L1_SMALL,
@@ -270,36 +271,33 @@ class TtnnEngine:
             "ttnn": self.version,
         }
 
-    def encode_image(self, pixel_values: np.ndarray) -> Any:
-        """float32 (1, 3, S, S) normalised pixels -> the prompt path's per-image state.
+    def encode_image(self, image: np.ndarray) -> Any:
+        """uint8 (S, S, 3) resized RGB -> the prompt path's per-image state.
 
         The chip runs the image path (encode_vision); the prompt path derives its per-image
         state from the features read back.
         """
-        outputs = self._run_image_path(pixel_values)
+        outputs = self._run_image_path(image)
         path = self._require_prompt_path()
         if getattr(path, "reads_device_levels", False):
             return path.image_features(outputs)  # nothing read back: the prompt path runs on the chip
         return path.image_features(self._vision_output(outputs))
 
-    def encode_vision(self, pixel_values: np.ndarray) -> Any:
-        """float32 (1, 3, S, S) normalised pixels -> transformers' Sam3VisionEncoderOutput on the host.
+    def encode_vision(self, image: np.ndarray) -> Any:
+        """uint8 (S, S, 3) resized RGB -> transformers' Sam3VisionEncoderOutput on the host.
 
         fpn_hidden_states: 4 maps (1, fpn_dim, side, side) for sides 4g, 2g, g, g/2 (g = S/14),
         read back from the chip; fpn_position_encoding: the matching sine encodings (computed
         once); last_hidden_state is not read back (nothing downstream uses it, and it would cost
         a 10 MB device read per frame).
         """
-        return self._vision_output(self._run_image_path(pixel_values))
+        return self._vision_output(self._run_image_path(image))
 
-    def _run_image_path(self, pixel_values: np.ndarray) -> list[Any]:
+    def _run_image_path(self, image: np.ndarray) -> list[Any]:
         """One replay of the image trace: its outputs as device tensors (the four FPN maps, then the
         class token), valid until the next replay."""
         self._require_open()
-        side = self.config.image_side
-        if pixel_values.shape != (1, 3, side, side):
-            raise EngineError(f"pixel_values must be (1, 3, {side}, {side}), got {pixel_values.shape}")
-        return self.image_encoder.run(self._host_input(pixel_values))
+        return self.image_encoder.run(self._host_input(image))
 
     def _vision_output(self, outputs: list[Any]) -> Any:
         """The device maps read back as transformers' Sam3VisionEncoderOutput (the image trace's
@@ -346,7 +344,7 @@ class TtnnEngine:
         if not getattr(path, "reads_device_levels", False) or self.image_encoder.captured:
             return
         side = self.config.image_side
-        outputs = self.image_encoder.run_eager(self._host_input(np.zeros((1, 3, side, side), np.float32)))
+        outputs = self.image_encoder.run_eager(self._host_input(np.zeros((side, side, 3), np.uint8)))
         path.compile(path.image_features(outputs))
 
     def warmup_image_path(self) -> np.ndarray:
@@ -354,11 +352,11 @@ class TtnnEngine:
         which it returns), then replay it once."""
         self._require_open()
         side = self.config.image_side
-        pixels = np.zeros((1, 3, side, side), dtype=np.float32)
+        image = np.full((side, side, 3), 128, dtype=np.uint8)
         if self.image_encoder.use_trace and not self.image_encoder.captured:
-            self.image_encoder.capture(self._host_input(pixels))
-        self.encode_vision(pixels)
-        return pixels
+            self.image_encoder.capture(self._host_input(image))
+        self.encode_vision(image)
+        return image
 
     def close(self) -> None:
         """Release the prompt path (its device buffers first), then the chip (trace, buffers,
@@ -395,16 +393,18 @@ class TtnnEngine:
         if count != 1:
             raise EngineError(f"the opened device spans {count} chips; the ttnn engine drives one chip (1x1)")
 
-    def _host_input(self, pixel_values: np.ndarray) -> Any:
-        """Pixels -> host bfloat16 ROW_MAJOR tensor (1, 1, tokens, 3*p*p) of window-ordered patches.
+    def _host_input(self, image: np.ndarray) -> Any:
+        """uint8 (S, S, 3) pixels -> the host uint8 ROW_MAJOR tensor (1, S, 3*S) the trace's input takes.
 
-        ROW_MAJOR, because the host's TILE conversion costs more than the device's tilize, which
-        runs inside the trace (vit.vit_embeddings); benchmarks/blackhole_host.py times both.
+        The same bytes, reshaped without a copy: the cast, the patching into window order, the
+        tilize and the normalisation all run on the chip (vit.vit_embeddings), so the host's work
+        per frame is the resize and this wrapping; benchmarks/blackhole_host.py times it.
         """
-        pixels = torch.from_numpy(np.ascontiguousarray(pixel_values, dtype=np.float32))[0]
-        return self.ttnn.from_torch(
-            patchify(pixels, self.config), dtype=self.ttnn.bfloat16, layout=self.ttnn.ROW_MAJOR_LAYOUT
-        )
+        side = self.config.image_side
+        if image.shape != (side, side, 3) or image.dtype != np.uint8:
+            raise EngineError(f"image must be uint8 ({side}, {side}, 3), got {image.dtype} {image.shape}")
+        pixels = torch.from_numpy(np.ascontiguousarray(image)).reshape(self.config.input_shape)
+        return self.ttnn.from_torch(pixels, dtype=self.ttnn.uint8, layout=self.ttnn.ROW_MAJOR_LAYOUT)
 
     def _read_level(self, tensor: Any, side: int) -> torch.Tensor:
         """(1, 1, side^2, F) device map -> (1, F, side, side) host tensor in the prompt path's dtype."""

@@ -123,7 +123,7 @@ def test_the_sequence_is_the_chip_prompt_paths_own(tiny_model, tokenizer):
         options = {"ttnn_module": recorder, "use_trace": False, "prompt_path": "chip", "max_prompts": 2}
         with TtnnEngine(tiny_model, tokenizer, **options) as engine:
             path = engine.prompt_path
-            state = path.image_features(engine._run_image_path(np.zeros((1, 3, 1008, 1008), np.float32)))
+            state = path.image_features(engine._run_image_path(np.zeros((1008, 1008, 3), np.uint8)))
             before = len(recorder.log)
             path._forward(2, path.prompts.features[2], path.prompts.masks[2], *path._inputs(state))
             engine_ops = [record.to_json() for record in recorder.log[before:]]

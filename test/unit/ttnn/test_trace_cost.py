@@ -25,7 +25,7 @@ from ttnn_mock import oplog
 #: Device ops per stage of today's image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
 OPS_PER_WINDOWED_BLOCK = 15
 OPS_PER_GLOBAL_BLOCK = 15
-OPS_PATCH_EMBED = 5
+OPS_PATCH_EMBED = 9
 OPS_NECK = 34
 #: The geometry encoder's class token (3 layers at full size, 1 in the tiny model), per layer:
 #: LayerNorm, v and o linears, add (the one-key self-attention); LayerNorm, 12 ops of cross-
@@ -48,7 +48,7 @@ def recorded_forward(tiny_model, tokenizer):
     try:
         with TtnnEngine(tiny_model, tokenizer, ttnn_module=recorder, use_trace=False) as engine:
             before, executed_before = len(recorder.log), len(engine.device.ops)
-            engine.encode_vision(np.zeros((1, 3, 1008, 1008), np.float32))
+            engine.encode_vision(np.zeros((1008, 1008, 3), np.uint8))
             executed = [op.name for op in engine.device.ops[executed_before:]]
             log = [record.to_json() for record in recorder.log[before:]]
             return log, engine.config, executed, engine.image_encoder.geometry

@@ -23,8 +23,8 @@ def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def random_pixels(seed: int) -> np.ndarray:
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.rand(1, 3, 1008, 1008, generator=generator) * 2 - 1).numpy()
+    """A resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
+    return np.random.default_rng(seed).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +70,12 @@ def engine(emulator, sharp_model, tokenizer):
     built.close()
 
 
-def reference_features(model, pixels: np.ndarray):
+def reference_features(model, image: np.ndarray):
+    """transformers' vision encoder on the image normalised as Sam3Processor does."""
+    from tt_sam3_ros import preprocess
+
     with torch.no_grad():
-        return model.get_vision_features(pixel_values=torch.from_numpy(pixels))
+        return model.get_vision_features(pixel_values=torch.from_numpy(preprocess.normalise(image)))
 
 
 def test_image_features_match_transformers(engine, sharp_model):
@@ -101,7 +104,8 @@ def test_image_trace_ends_with_the_geometry_class_token(engine):
         generator = torch.Generator().manual_seed(seed)
         coarse = torch.rand(1, 3, 3, 3, generator=generator) * 2 - 1
         pixels = torch.nn.functional.interpolate(coarse, size=(1008, 1008), mode="bilinear")
-        features = engine.encode_vision(pixels.numpy())
+        frame = ((pixels[0].permute(1, 2, 0) + 1) * 127.5).round().to(torch.uint8).numpy()
+        features = engine.encode_vision(frame)
         outputs = engine._trace.outputs
         assert len(outputs) == 5 and tuple(outputs[-1].shape) == (1, 32, engine.config.fpn_dim)
         tokens.append(engine.ttnn.to_torch(outputs[-1]).float()[:, 0])

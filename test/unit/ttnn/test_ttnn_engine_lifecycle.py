@@ -141,7 +141,7 @@ def test_close_releases_trace_and_chip_and_is_idempotent(ttnn, tiny_model, token
     assert not device._traces
     ttnn.close_device(ttnn.open_device(device_id=0))  # the chip is free again
     with pytest.raises(EngineError, match="closed"):
-        engine.encode_image(np.zeros((1, 3, 1008, 1008), dtype=np.float32))
+        engine.encode_image(np.zeros((1008, 1008, 3), dtype=np.uint8))
 
 
 def test_a_failed_start_releases_the_chip(ttnn, tiny_model, tokenizer, monkeypatch):

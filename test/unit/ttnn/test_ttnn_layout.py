@@ -1,10 +1,15 @@
-"""Host-side layout helpers of the Blackhole image path: window order, patching, RoPE order."""
+"""The Blackhole image path's layouts: window order, the device's patching of the uploaded uint8
+pixels, the normalisation folded into the patch embedding (emulator, SAM 3's real shapes), and
+the RoPE order."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 
-from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, patchify, window_order
+from tt_sam3_ros import preprocess
+from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings, window_order
 
 CONFIG = ImagePathConfig(
     1008, 14, 72, 24, 1024, 16, 64, 64, 4096, 32, (7, 15, 23, 31), 1e-6, 256, (4, 2, 1, 0.5)
@@ -19,17 +24,6 @@ def test_window_order_lists_each_window_row_major():
     assert order[24].item() == 72
     # The second window starts at column 24 of image row 0.
     assert order[576].item() == 24
-
-
-def test_patchify_is_the_conv_patch_order_sorted_into_windows():
-    pixels = torch.randn(3, 1008, 1008)
-    patches = patchify(pixels, CONFIG).reshape(72 * 72, 3 * 14 * 14)
-    row_order = pixels.reshape(3, 72, 14, 72, 14).permute(1, 3, 0, 2, 4).reshape(72 * 72, -1)
-    assert torch.equal(patches, row_order[window_order(CONFIG)])
-    # The patch-embedding conv equals a matmul over these patches with the flattened weight.
-    weight = torch.randn(8, 3, 14, 14)
-    conv = torch.nn.functional.conv2d(pixels[None], weight, stride=14)[0].reshape(8, -1).t()
-    assert torch.allclose(row_order @ weight.reshape(8, -1).t(), conv, atol=1e-3)
 
 
 def test_half_half_rope_on_permuted_columns_is_sam3s_pairwise_rope():
@@ -60,3 +54,79 @@ def test_half_half_rope_on_permuted_columns_is_sam3s_pairwise_rope():
     assert torch.equal(half_half(q)[..., ~used], torch.zeros(seq, heads, int((~used).sum())))
     scores = torch.einsum("qhd,khd->hqk", pairwise(q), pairwise(k))
     assert torch.allclose(torch.einsum("qhd,khd->hqk", half_half(q), half_half(k)), scores, atol=1e-5)
+
+
+@pytest.fixture
+def uploaded(ttnn):
+    """A random resized frame, on an emulated p150a as the engine uploads it, with the settings."""
+    from tt_sam3_ros.engines.ttnn_model import vit
+
+    device = ttnn.open_device(device_id=0, l1_small_size=32768, trace_region_size=1 << 20)
+    settings = device_settings(ttnn, device)
+    image = np.random.default_rng(0).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    raw = ttnn.from_torch(
+        torch.from_numpy(image).reshape(CONFIG.input_shape),
+        dtype=ttnn.uint8,
+        layout=ttnn.ROW_MAJOR_LAYOUT,
+        device=device,
+    )
+    patches = vit.patchify(ttnn, raw, CONFIG, settings)
+    return image, patches, device, settings
+
+
+def test_device_patches_are_the_conv_patches_sorted_into_windows(ttnn, uploaded):
+    image, patches, _, _ = uploaded
+    assert (patches.dtype, patches.layout) == (ttnn.bfloat16, ttnn.TILE_LAYOUT)
+    got = ttnn.to_torch(patches).float().reshape(72 * 72, 14 * 14 * 3)
+    # Image row order, each patch's values (row in patch, column in patch, channel).
+    row_order = torch.from_numpy(image).reshape(72, 14, 72, 14, 3).permute(0, 2, 1, 3, 4).reshape(72 * 72, -1)
+    assert torch.equal(got, row_order[window_order(CONFIG)].float())  # uint8 -> bfloat16 is exact
+
+
+def _device_embedding(ttnn, patches, device, settings, weight, bias):
+    """The patch-embedding linear as vit_embeddings runs it (bfloat16 weights, full fidelity)."""
+    from tt_sam3_ros.engines.ttnn_model.layers import linear
+
+    w = {
+        f"patch_embed.{name}": ttnn.from_torch(
+            values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device
+        )
+        for name, values in (("weight", weight), ("bias", bias))
+    }
+    out = linear(ttnn, patches, w, "patch_embed", settings, kernel=settings.exact_kernel)
+    return ttnn.to_torch(out).float().reshape(CONFIG.tokens, CONFIG.hidden)
+
+
+def test_folded_normalisation_gives_the_embedding_of_the_normalised_pixels(ttnn, uploaded):
+    """Raw uint8 patches times the folded weights, plus the folded bias, equal transformers' conv
+    of Sam3Processor's normalised pixels within bfloat16 rounding; unfolded weights (the raw pixels
+    taken as normalised) or the folded weights without their bias do not (negative controls).
+
+    The gate, rms error <= 2^-7 of the embedding's rms, is bfloat16's: measured here, the folded
+    path's rms error is 0.0016 of 0.335; today's removed path (normalised bfloat16 patches,
+    bfloat8_b weights, HiFi2) had 0.0022; the same fold with bfloat8_b weights at HiFi2, 0.0046.
+    """
+    from tt_sam3_ros.engines.ttnn_model.weights import patch_embedding
+
+    image, patches, device, settings = uploaded
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, CONFIG.hidden, CONFIG.patch, CONFIG.patch, bias=False)
+    with torch.no_grad():
+        normalised = torch.from_numpy(preprocess.normalise(image))
+        reference = torch.nn.functional.conv2d(normalised, conv.weight, stride=CONFIG.patch)[0]
+    reference = reference.reshape(CONFIG.hidden, -1).t()[window_order(CONFIG)]
+    gate = 2**-7 * float(reference.pow(2).mean().sqrt())
+
+    def rms_error(weight: torch.Tensor, bias: torch.Tensor) -> float:
+        got = _device_embedding(ttnn, patches, device, settings, weight, bias)
+        return float((got - reference).pow(2).mean().sqrt())
+
+    weight, bias = patch_embedding(conv)
+    assert weight.values.shape == (CONFIG.patch_features, CONFIG.hidden)
+    assert bias.values.shape == (1, CONFIG.hidden)
+    folded = rms_error(weight.values, bias.values)
+    print(f"folded patch embedding on uint8 pixels: rms error {folded:.5f}, gate {gate:.5f}")
+    assert folded <= gate
+    unfolded = conv.weight.detach().permute(0, 2, 3, 1).reshape(CONFIG.hidden, -1).t().contiguous()
+    assert rms_error(unfolded, torch.zeros(1, CONFIG.hidden)) > 100 * gate
+    assert rms_error(weight.values, torch.zeros(1, CONFIG.hidden)) > 100 * gate

@@ -22,7 +22,6 @@ import copy
 
 import numpy as np
 import pytest
-import torch
 from test_prompt_layers import randomise
 
 SCORE_TOLERANCE = 1e-2
@@ -58,8 +57,8 @@ def sharp_prompt_model(tiny_model):
 
 
 def pixels() -> np.ndarray:
-    generator = torch.Generator().manual_seed(3)
-    return (torch.rand(1, 3, 1008, 1008, generator=generator) * 2 - 1).numpy()
+    """A random resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
+    return np.random.default_rng(3).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
 
 
 def decoded(engine, prompts: list[str]) -> dict[str, np.ndarray]:

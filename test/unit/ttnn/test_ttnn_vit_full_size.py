@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tt_sam3_ros import preprocess
+
 PCC_GATE = 0.99
 
 
@@ -46,19 +48,21 @@ def full_size_vit():
                     # output outweighs its residual input; transformers' 0.02 init hides both.
                     module.weight.normal_(0.0, 0.03 if module.in_features > 1024 else 0.06)
                     module.bias.normal_(0.0, 0.02)
-        pixels = torch.rand(1, 3, 1008, 1008) * 2 - 1
+        image = torch.randint(0, 256, (1008, 1008, 3), dtype=torch.uint8)
     finally:
         torch.random.set_rng_state(state)
+    pixels = torch.from_numpy(preprocess.normalise(image.numpy()))
     with torch.no_grad():
         reference = model(pixel_values=pixels).last_hidden_state.reshape(5184, 1024)
-    return model, pixels, reference
+    return model, image, reference
 
 
-def _device_pcc(ttnn, model, pixels, reference, wrong_rope: bool = False) -> float:
-    """Run embeddings + block 0 on the emulated chip; PCC of the last hidden state vs `reference`.
-    `wrong_rope` turns the rotation the other way (sin negated)."""
+def _device_pcc(ttnn, model, image, reference, wrong_rope: bool = False) -> float:
+    """Run embeddings + block 0 on the emulated chip, from the uint8 image as the engine uploads
+    it; PCC of the last hidden state vs `reference`. `wrong_rope` turns the rotation the other way
+    (sin negated)."""
     from tt_sam3_ros.engines.ttnn_model import vit
-    from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings, patchify, window_order
+    from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings, window_order
     from tt_sam3_ros.engines.ttnn_model.weights import prepare_vit, upload
 
     vision = SimpleNamespace(
@@ -74,10 +78,10 @@ def _device_pcc(ttnn, model, pixels, reference, wrong_rope: bool = False) -> flo
         weights["rope.window.sin"] = ttnn.from_torch(
             -ttnn.to_torch(sin).float(), dtype=sin.dtype, layout=ttnn.TILE_LAYOUT, device=device
         )
-    patches = ttnn.from_torch(
-        patchify(pixels[0], config), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device
+    raw = ttnn.from_torch(
+        image.reshape(config.input_shape), dtype=ttnn.uint8, layout=ttnn.ROW_MAJOR_LAYOUT, device=device
     )
-    out = vit.sam3_vit_model(ttnn, patches, weights, config, device_settings(ttnn, device))
+    out = vit.sam3_vit_model(ttnn, raw, weights, config, device_settings(ttnn, device))
     window_ordered = ttnn.to_torch(out).float().reshape(config.tokens, config.hidden)
     ours = torch.empty_like(window_ordered)
     ours[window_order(config)] = window_ordered

@@ -105,6 +105,11 @@ class ImagePathConfig:
         """Values per patch: 3 channels x patch x patch (588)."""
         return 3 * self.patch * self.patch
 
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """The uploaded uint8 image: (1, S, 3*S), each row the RGB triples of one pixel row."""
+        return (1, self.image_side, 3 * self.image_side)
+
     def is_global(self, layer: int) -> bool:
         return layer in self.global_layers
 
@@ -117,21 +122,6 @@ def window_order(config: ImagePathConfig) -> torch.Tensor:
     n, w = config.windows_per_side, config.window
     index = torch.arange(config.tokens).reshape(n, w, n, w)  # (window row, row in window, window col, col)
     return index.permute(0, 2, 1, 3).reshape(-1)
-
-
-def patchify(pixel_values: torch.Tensor, config: ImagePathConfig) -> torch.Tensor:
-    """(1, 3, S, S) pixels -> (1, 1, tokens, 3*p*p) patches in window order.
-
-    Each patch is flattened channel, row, column: the order of the patch-embedding conv
-    weight flattened to (C, 3*p*p), so the conv becomes one matmul on the device. One permute
-    does both the patching and the window ordering (it runs on the host every frame: ~20 ms
-    on 2 CPU cores for a 1008x1008 image, half the cost of patching then gathering).
-    """
-    n, w, p = config.windows_per_side, config.window, config.patch
-    # pixel row = ((window row) * w + row in window) * p + row in patch; columns likewise.
-    cells = pixel_values.reshape(3, n, w, p, n, w, p)  # (c, wy, ty, ky, wx, tx, kx)
-    ordered = cells.permute(1, 4, 2, 5, 0, 3, 6)  # (wy, wx, ty, tx, c, ky, kx)
-    return ordered.reshape(1, 1, config.tokens, config.patch_features)
 
 
 @dataclass(frozen=True)

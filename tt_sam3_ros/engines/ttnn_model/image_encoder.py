@@ -115,11 +115,11 @@ class ChipImageEncoder:
         if self.geometry is not None and not self._geometry_weights:
             raise ValueError(f"a geometry config was given but no {GEOMETRY_PREFIX}* weights were uploaded")
 
-    def forward(self, patches: Any) -> list[Any]:
-        """The image path on the device: patches buffer -> 4 FPN maps, then the (1, 32, C) class-token
-        tile when a geometry config is set (the FPN maps stay first, in scale order); leaves
-        `patches` allocated."""
-        trunk = vit.sam3_vit_model(self.ttnn, patches, self.weights, self.config, self.settings)
+    def forward(self, image: Any) -> list[Any]:
+        """The image path on the device: uint8 pixels buffer -> 4 FPN maps, then the (1, 32, C)
+        class-token tile when a geometry config is set (the FPN maps stay first, in scale order);
+        leaves `image` allocated."""
+        trunk = vit.sam3_vit_model(self.ttnn, image, self.weights, self.config, self.settings)
         maps = neck.sam3_vision_neck(
             self.ttnn,
             self.device,
@@ -164,9 +164,9 @@ class ChipImageEncoder:
         capture; the outputs are valid until the next run."""
         for tensor in self._eager_outputs:
             self.ttnn.deallocate(tensor)
-        patches = self.ttnn.to_device(host_input, self.device, memory_config=self.ttnn.DRAM_MEMORY_CONFIG)
-        self._eager_outputs = outputs = self.forward(patches)
-        self.ttnn.deallocate(patches)
+        image = self.ttnn.to_device(host_input, self.device, memory_config=self.ttnn.DRAM_MEMORY_CONFIG)
+        self._eager_outputs = outputs = self.forward(image)
+        self.ttnn.deallocate(image)
         return outputs
 
     def stage(self, host_input: Any) -> None:

@@ -13,9 +13,16 @@ from .config import DeviceSettings
 
 
 def linear(
-    ttnn: Any, x: Any, w: dict[str, Any], name: str, settings: DeviceSettings, activation: str | None = None
+    ttnn: Any,
+    x: Any,
+    w: dict[str, Any],
+    name: str,
+    settings: DeviceSettings,
+    activation: str | None = None,
+    kernel: Any = None,
 ) -> Any:
-    """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out, fused activation if given."""
+    """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out, fused activation if given;
+    at the matmul fidelity unless another ``kernel`` (a compute kernel config) is given."""
     return ttnn.linear(
         x,
         w[f"{name}.weight"],
@@ -23,7 +30,7 @@ def linear(
         activation=activation,
         dtype=ttnn.bfloat16,
         memory_config=settings.memory,
-        compute_kernel_config=settings.matmul_kernel,
+        compute_kernel_config=kernel or settings.matmul_kernel,
     )
 
 

@@ -101,20 +101,44 @@ def vit_layer(
     return out
 
 
-def vit_embeddings(
-    ttnn: Any, patches: Any, w: dict[str, Any], config: ImagePathConfig, settings: DeviceSettings
-) -> Any:
-    """Sam3ViTEmbeddings + the pre-norm: (1, 1, tokens, 3*p*p) patches -> (1, tokens, C).
+def patchify(ttnn: Any, image: Any, config: ImagePathConfig, settings: DeviceSettings) -> Any:
+    """uint8 ROW_MAJOR (1, S, 3*S) pixels (rows of RGB triples) -> bfloat16 TILE (1, 1, tokens, 3*p*p).
 
-    ROW_MAJOR patches (what the host uploads: its conversion is cheaper than a host tilize) are
-    tilized here, on the device. Leaves `patches` (the trace's input buffer) allocated.
+    Tokens in window order (config.py), each patch's values in (row, column, channel) order,
+    which is how the pixel rows already hold them (weights.patch_embedding permutes the conv
+    weight to match). The device neither tilizes nor reshape-copies uint8, so the cast (exact:
+    0..255 fit bfloat16's 8 significant bits) comes first; then one 6-D permute does the patching
+    and the window sort at once. Leaves `image` (the trace's input buffer) allocated.
     """
-    tiles = patches
-    if patches.layout != ttnn.TILE_LAYOUT:
-        tiles = ttnn.to_layout(patches, ttnn.TILE_LAYOUT, memory_config=settings.memory)
-    embedded = linear(ttnn, tiles, w, "patch_embed", settings)
-    if tiles is not patches:
-        ttnn.deallocate(tiles)
+    n, w, p = config.windows_per_side, config.window, config.patch
+    pixels = ttnn.typecast(image, ttnn.bfloat16, memory_config=settings.memory)
+    # pixel row = ((window row) * w + row in window) * p + row in patch; a row's values run
+    # over ((window col) * w + col in window) * 3p + (col in patch) * 3 + channel.
+    cells = ttnn.reshape(pixels, (n, w, p, n, w, 3 * p))  # (wy, ty, ky, wx, tx, kx c)
+    ttnn.deallocate(pixels)
+    # -> (wy, wx, ty, tx, ky, kx c): window order, each patch's rows side by side.
+    ordered = ttnn.permute(cells, (0, 3, 1, 4, 2, 5), memory_config=settings.memory)
+    ttnn.deallocate(cells)
+    rows = ttnn.reshape(ordered, (1, 1, config.tokens, config.patch_features))
+    ttnn.deallocate(ordered)
+    patches = ttnn.to_layout(rows, ttnn.TILE_LAYOUT, memory_config=settings.memory)
+    ttnn.deallocate(rows)
+    return patches
+
+
+def vit_embeddings(
+    ttnn: Any, image: Any, w: dict[str, Any], config: ImagePathConfig, settings: DeviceSettings
+) -> Any:
+    """Sam3ViTEmbeddings + the pre-norm: uint8 (1, S, 3*S) pixels -> (1, tokens, C).
+
+    The normalisation ((x / 255 - 0.5) / 0.5) is folded into the patch embedding's weight and bias
+    (weights.patch_embedding), so the raw pixels go straight into the matmul, at full fidelity:
+    HiFi2 would keep only 7 of the 8 bits an integer up to 255 has. Leaves `image` (the trace's
+    input buffer) allocated.
+    """
+    patches = patchify(ttnn, image, config, settings)
+    embedded = linear(ttnn, patches, w, "patch_embed", settings, kernel=settings.exact_kernel)
+    ttnn.deallocate(patches)
     embedded_flat = ttnn.reshape(embedded, (1, config.tokens, config.hidden))
     positioned = ttnn.add(embedded_flat, w["pos_embed"], memory_config=settings.memory)
     ttnn.deallocate(embedded_flat)
@@ -137,14 +161,14 @@ def rope_for(weights: dict[str, Any], windowed: bool) -> tuple[Any, Any]:
 
 def sam3_vit_model(
     ttnn: Any,
-    patches: Any,
+    image: Any,
     weights: dict[str, Any],
     config: ImagePathConfig,
     settings: DeviceSettings,
     layers: range | None = None,
 ) -> Any:
-    """Sam3ViTModel: patches -> (1, tokens, C) last hidden state, in window order."""
-    x = vit_embeddings(ttnn, patches, weights, config, settings)
+    """Sam3ViTModel: uint8 (1, S, 3*S) pixels -> (1, tokens, C) last hidden state, in window order."""
+    x = vit_embeddings(ttnn, image, weights, config, settings)
     for index in layers if layers is not None else range(config.layers):
         windowed = not config.is_global(index)
         x = vit_layer(

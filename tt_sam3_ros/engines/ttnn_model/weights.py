@@ -9,7 +9,8 @@ Preparation turns transformers' parameters into the layouts the device ops take:
   (x0 y0 x1 y1 ...) to half-half order (x0 x1 ... | y0 y1 ...), the form of the device's fused
   rotary op (rotate_half); exact, since q.k is unchanged when both get the same permutation, and
   the cos/sin tables are permuted the same way; v keeps its order;
-- the patch-embedding conv as a (3*p*p, C) matmul over host-flattened patches;
+- the patch-embedding conv as a (3*p*p, C) matmul over the device's patches (vit.patchify: rows in
+  (row, column, channel) order), with the input normalisation folded in (patch_embedding);
 - absolute position embeddings tiled to the token grid and sorted into window order;
 - RoPE cos/sin tables (window and global) in window order and half-half column order;
 - ConvTranspose2d(k=2, s=2) as a (Cin, 4*Cout) matmul whose outputs are (ky, kx, Cout), undone
@@ -108,6 +109,24 @@ def _rope_tables(
     return tables[0], tables[1]
 
 
+def patch_embedding(conv: torch.nn.Conv2d) -> tuple[HostWeight, HostWeight]:
+    """The patch conv over raw uint8 pixels x as one matmul: x @ W' + b'.
+
+    The model sees (x / 255 - 0.5) / 0.5 = x / 127.5 - 1, which is linear in x, so
+    W . (x / 127.5 - 1) + b = (W / 127.5) . x + (b - W . 1): W' = W / 127.5 and b' = b minus
+    each output's weight sum, exactly. W's inputs are reordered from the conv's (channel, row,
+    column) to the (row, column, channel) order of vit.patchify's patches; W' is (3*p*p, C).
+    The bias is a "param" (bfloat16); W' is one too, not a bfloat8_b matmul weight: the raw
+    pixels are up to 255 times the normalised ones' scale around an offset, so the weights'
+    rounding must stay at bfloat16's, not bfloat8_b's shared-exponent blocks.
+    """
+    weight = conv.weight.detach().float()  # (C, 3, p, p)
+    flat = weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)  # (C, p*p*3)
+    bias = conv.bias.detach().float() if conv.bias is not None else flat.new_zeros(weight.shape[0])
+    folded_bias = bias - flat.double().sum(dim=1).float()
+    return HostWeight((flat / 127.5).t().contiguous(), "param"), _row(folded_bias)
+
+
 def prepare_vit(backbone: Any, config: ImagePathConfig) -> dict[str, HostWeight]:
     """transformers' Sam3ViTModel -> named host weights for vit.py."""
     order = window_order(config)
@@ -117,11 +136,10 @@ def prepare_vit(backbone: Any, config: ImagePathConfig) -> dict[str, HostWeight]
         position = embeddings._tile_position_embeddings(
             embeddings.position_embeddings, config.grid, config.grid
         )
+    patch_weight, patch_bias = patch_embedding(embeddings.patch_embeddings.projection)
     weights: dict[str, HostWeight] = {
-        "patch_embed.weight": HostWeight(
-            embeddings.patch_embeddings.projection.weight.detach().float().reshape(c, -1).t().contiguous(),
-            "matmul",
-        ),
+        "patch_embed.weight": patch_weight,
+        "patch_embed.bias": patch_bias,
         "pos_embed": HostWeight(
             position.detach().float().reshape(config.tokens, c)[order].reshape(1, -1, c), "param"
         ),
