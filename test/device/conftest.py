@@ -8,8 +8,14 @@ Options:
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,3 +39,27 @@ def blackhole():
     import ttnn
 
     return ttnn
+
+
+@pytest.fixture(scope="session")
+def sam3_model(blackhole, request):
+    """The --sam3-model weights, else the full-size architecture with seeded random weights; the
+    test modules sharpen the parts they check in place (disjoint parts: the ViT, the prompt path)."""
+    import torch
+    from transformers import Sam3Config, Sam3Model
+
+    path = request.config.getoption("--sam3-model")
+    if path:
+        return Sam3Model.from_pretrained(path, torch_dtype=torch.float32).eval()
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    try:
+        return Sam3Model(Sam3Config()).eval()
+    finally:
+        torch.random.set_rng_state(state)
+
+
+@pytest.fixture(scope="session")
+def real_weights(request) -> bool:
+    """Whether the tests run on the real SAM 3 weights (--sam3-model)."""
+    return bool(request.config.getoption("--sam3-model"))

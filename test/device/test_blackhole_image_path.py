@@ -60,20 +60,10 @@ def _sharpen_vit(model) -> None:
 
 
 @pytest.fixture(scope="module")
-def model(blackhole, request):
-    from transformers import Sam3Config, Sam3Model
-
-    path = request.config.getoption("--sam3-model")
-    if path:
-        return Sam3Model.from_pretrained(path, torch_dtype=torch.float32).eval()
-    state = torch.random.get_rng_state()
-    torch.manual_seed(0)
-    try:
-        random_model = Sam3Model(Sam3Config()).eval()
-    finally:
-        torch.random.set_rng_state(state)
-    _sharpen_vit(random_model)
-    return random_model
+def model(sam3_model, real_weights):
+    if not real_weights:
+        _sharpen_vit(sam3_model)
+    return sam3_model
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from random_weights import randomise
 
 PCC_GATE = 0.99
 #: Prompt tokens as the model sees them: 32 text tokens and the geometry encoder's class token.
@@ -20,21 +21,6 @@ PROMPT_TOKENS = 33
 def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.flatten().double(), b.flatten().double()
     return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
-
-
-def randomise(module: torch.nn.Module, seed: int) -> None:
-    """Weights of unit gain (std 1/sqrt(fan_in)) and perturbed norms, all from `seed` (no module
-    keeps its global-RNG init): attention cannot hide and every run draws the same model."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)):
-                fan_in = m.weight[0].numel()
-                m.weight.copy_(torch.randn(m.weight.shape, generator=generator) / fan_in**0.5)
-                m.bias.copy_(torch.randn(m.bias.shape, generator=generator) * 0.1)
-            elif isinstance(m, (torch.nn.LayerNorm, torch.nn.GroupNorm)):
-                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=generator))
-                m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=generator))
 
 
 def prompt_validity(tokens: int = PROMPT_TOKENS, text: int = 20, batch: int = 1) -> torch.Tensor:

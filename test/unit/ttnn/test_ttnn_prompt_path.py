@@ -6,7 +6,7 @@ bucket). The reference is the host prompt path on the same chip image features, 
 sees exactly what the chip prompt path changes: every query's detection score
 (sigmoid(logit) * sigmoid(presence)) within 1e-2, the boxes within 1e-2, and the mask logits of
 the best queries at PCC >= 0.99, for several prompts in one batch. The prompt modules of the
-tiny model are re-drawn at unit gain (test_prompt_layers.randomise): at transformers' 0.02 init
+tiny model are re-drawn at unit gain (random_weights.randomise_prompt_path): at transformers' 0.02 init
 every score is 0.25 and a wrong stage could not show. A negative control (the key and value
 projections of the fusion encoder's cross-attention swapped on the chip) must fail the same gate.
 
@@ -22,7 +22,7 @@ import copy
 
 import numpy as np
 import pytest
-from test_prompt_layers import randomise
+from random_weights import randomise_prompt_path
 
 SCORE_TOLERANCE = 1e-2
 #: Scores span little on random weights (0.29 to 0.32 here), so their correlation is gated too.
@@ -31,7 +31,6 @@ BOX_TOLERANCE = 1e-2
 MASK_PCC_GATE = 0.99
 MASK_IOU_GATE = 0.99
 PROMPTS = ["car", "person", "tree"]
-PROMPT_MODULES = ("geometry_encoder", "detr_encoder", "detr_decoder", "dot_product_scoring", "mask_decoder")
 TOP_QUERIES = 4
 
 
@@ -51,8 +50,7 @@ def emulator():
 @pytest.fixture(scope="module")
 def sharp_prompt_model(tiny_model):
     model = copy.deepcopy(tiny_model)
-    for seed, name in enumerate(PROMPT_MODULES, 10):
-        randomise(getattr(model, name), seed)
+    randomise_prompt_path(model)
     return model
 
 
