@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .engines import TTNN_DTYPE_NAMES
+from .engines import TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
 from .engines.base import EngineError
 from .errors import InputError
 from .tiny_model import TINY_MODEL_ID
@@ -98,6 +98,12 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ttnn-param-dtype", default=None, choices=TTNN_DTYPE_NAMES, help="ttnn engine: norms and biases"
     )
+    parser.add_argument(
+        "--ttnn-prompt-path",
+        default=None,
+        choices=TTNN_PROMPT_PATHS,
+        help="ttnn engine: run the prompt path on the host (default) or on the chip",
+    )
 
 
 def _ttnn_options(args: argparse.Namespace) -> dict[str, object]:
@@ -106,6 +112,7 @@ def _ttnn_options(args: argparse.Namespace) -> dict[str, object]:
         "weight_cache": args.ttnn_weight_cache,
         "weight_dtype": args.ttnn_weight_dtype,
         "param_dtype": args.ttnn_param_dtype,
+        "prompt_path": args.ttnn_prompt_path,
     }
 
 

@@ -462,6 +462,7 @@ class Sam3Node(LifecycleNode):
                 "weight_cache": request["ttnn_weight_cache"] or None,
                 "weight_dtype": request["ttnn_weight_dtype"],
                 "param_dtype": request["ttnn_param_dtype"],
+                "prompt_path": request["ttnn_prompt_path"],
             },
         )
 

@@ -18,7 +18,7 @@ from rclpy.qos import ReliabilityPolicy
 
 from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
-from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES
+from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
 from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
 from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
@@ -61,6 +61,7 @@ READ_AT_CONFIGURE = (
     "ttnn_weight_cache",
     "ttnn_weight_dtype",
     "ttnn_param_dtype",
+    "ttnn_prompt_path",
     "model_id",
     "revision",
     "weights_dir",
@@ -175,6 +176,15 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         _describe(
             "ttnn engine: device dtype of norms, biases and position terms. Read at configure.",
             additional_constraints="one of: " + ", ".join(TTNN_DTYPE_NAMES),
+        ),
+    ),
+    "ttnn_prompt_path": (
+        "host",
+        _describe(
+            "ttnn engine: where the prompt path runs: host (the CPU, the torch engine's modules) or chip "
+            "(a second trace on the p150a, nothing read back between the traces; verified off-chip only). "
+            "Read at configure.",
+            additional_constraints="one of: " + ", ".join(TTNN_PROMPT_PATHS),
         ),
     ),
     "model_id": (
@@ -432,6 +442,7 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
         ("engine", ENGINE_NAMES),
         ("ttnn_weight_dtype", TTNN_DTYPE_NAMES),
         ("ttnn_param_dtype", TTNN_DTYPE_NAMES),
+        ("ttnn_prompt_path", TTNN_PROMPT_PATHS),
         ("transport", TRANSPORTS),
         ("qos_reliability", RELIABILITIES),
     ):

@@ -72,7 +72,8 @@ class Sam3Segmenter:
     ) -> Sam3Segmenter:
         """Load weights (the ``weights`` package decides from where) and open the engine.
 
-        ``ttnn_options``: the ttnn engine's weight_cache, weight_dtype, param_dtype (engines.TTNN_OPTIONS).
+        ``ttnn_options``: the ttnn engine's weight_cache, weight_dtype, param_dtype, prompt_path
+        (engines.TTNN_OPTIONS).
 
         Raises:
             tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.

@@ -63,6 +63,7 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"engine": "gpu"}, "engine must be one of auto, torch, ttnn"),
         ({"ttnn_weight_dtype": "int8"}, "ttnn_weight_dtype must be one of bfloat8_b, bfloat16, float32"),
         ({"ttnn_param_dtype": "bf16"}, "ttnn_param_dtype must be one of bfloat8_b, bfloat16, float32"),
+        ({"ttnn_prompt_path": "gpu"}, "ttnn_prompt_path must be one of host, chip"),
         ({"transport": "theora"}, "transport must be one of raw, compressed"),
         ({"qos_reliability": "RELIABLE"}, "qos_reliability must be one of best_effort, reliable"),
         ({"depth_min_m": 2.0, "depth_max_m": 1.0}, "depth_max_m must be finite and above depth_min_m"),

@@ -33,7 +33,10 @@ ENGINE_NAMES = ("auto", "torch", "ttnn")
 #: Device dtypes the ttnn engine takes for its weights (weight_dtype) and parameters (param_dtype).
 TTNN_DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
 #: The ttnn engine's options that callers (node, CLI) may pass through create_engine.
-TTNN_OPTIONS = ("weight_cache", "weight_dtype", "param_dtype")
+TTNN_OPTIONS = ("weight_cache", "weight_dtype", "param_dtype", "prompt_path")
+#: Where the ttnn engine runs the prompt path: on the host CPU (the torch engine's modules) or on
+#: the chip as a second trace (ttnn_model/prompt_path.py).
+TTNN_PROMPT_PATHS = ("host", "chip")
 #: Where the Tenstorrent kernel driver exposes its chips.
 TENSTORRENT_DEVICE_DIR = Path("/dev/tenstorrent")
 

@@ -51,3 +51,31 @@ def test_create_engine_hands_the_options_over_and_refuses_unknown_ones(
     with caplog.at_level(logging.WARNING):
         create_engine("torch", tiny_model, tokenizer, device="cpu", ttnn_options={"weight_dtype": "bfloat16"})
     assert "ttnn engine options ['weight_dtype'] are ignored" in caplog.text
+
+
+def test_create_engine_puts_the_prompt_path_where_asked(ttnn_installed, tiny_model, tokenizer) -> None:
+    from tt_sam3_ros.engines import create_engine
+    from tt_sam3_ros.engines.base import EngineError
+    from tt_sam3_ros.engines.torch_engine import TorchEngine
+    from tt_sam3_ros.engines.ttnn_model.prompt_path import ChipPromptPath
+
+    with create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "chip"}) as engine:
+        assert isinstance(engine.prompt_path, ChipPromptPath)
+        assert "prompt path on chip" in engine.describe()["dtype"]
+    with create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": None}) as engine:
+        assert isinstance(engine.prompt_path, TorchEngine)  # the default: the host
+    with pytest.raises(EngineError, match="prompt_path 'gpu' is not one of host, chip"):
+        create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "gpu"})
+
+
+def test_the_cli_reads_where_the_prompt_path_runs() -> None:
+    import argparse
+
+    from tt_sam3_ros import cli
+
+    parser = argparse.ArgumentParser()
+    cli._model_arguments(parser)
+    assert cli._ttnn_options(parser.parse_args(["--ttnn-prompt-path", "chip"]))["prompt_path"] == "chip"
+    assert cli._ttnn_options(parser.parse_args([]))["prompt_path"] is None  # the engine's default
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--ttnn-prompt-path", "gpu"])
