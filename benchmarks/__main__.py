@@ -1,6 +1,6 @@
 """`python -m benchmarks [--quick] [--only SECTION] [--device cpu|cuda]`: print the tables.
 
-SECTION: model, host, stream, tracking, blackhole (repeatable; default: all).
+SECTION: model, host, stream, tracking, blackhole, fidelity (repeatable; default: all).
 
 The GPU check is `python3 -m benchmarks --only model --device cuda` (tools/gpu_check.sh).
 """
@@ -12,7 +12,7 @@ import inspect
 import os
 import sys
 
-SECTIONS = ("model", "host", "stream", "tracking", "blackhole")
+SECTIONS = ("model", "host", "stream", "tracking", "blackhole", "fidelity")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -17,9 +17,10 @@ Tables from one forward of the engine's image path, run by tools/ttnn_mock/image
   path replays per prompt batch, and its mask read after the replay, logged by the strict
   emulator on shape-only tensors for 1, 4 and 16 prompts), per stage and per trace, and the
   predicted device time per frame for 1, 4 and 16 prompts against issue 12's goals;
-- (full size) the fused attention at each q/k chunk size that divides SAM 3's sequences: whether
-  the real library accepts it (tools/ttnn_mock/sdpa_chunks.py), its circular buffers per core,
-  and its modelled time over the blocks of each kind.
+- (full size) the fused attention at each (q, k) chunk pair that divides SAM 3's sequences:
+  whether the real library accepts it (tools/ttnn_mock/sdpa_chunks.py), its circular buffers per
+  core, its modelled time over the blocks of each kind, and its q-chunk tasks per core (what the
+  roofline cannot see: a last round that only some cores run).
 
 Full size: SAM 3's real architecture (random-free: the weights are zeros, nothing computes), on
 the harvested 11x10 grid of a real p150a and on an unharvested 13x10 one. --quick: the tiny
@@ -173,7 +174,7 @@ def print_largest_ops(result: dict[str, Any], top: int = 6) -> None:
     )
 
 
-def _attention_ms(dims: list[int], chunk: int, fidelity: str, runs: int) -> float:
+def _attention_ms(dims: list[int], chunks: list[int], fidelity: str, runs: int) -> float:
     tensor = {"shape": dims, "dtype": "BFLOAT16", "layout": "TILE", "memory": "DRAM"}
     op = {
         "op": trace_cost.ATTENTION,
@@ -181,9 +182,16 @@ def _attention_ms(dims: list[int], chunk: int, fidelity: str, runs: int) -> floa
         "inputs": [tensor] * 3,
         "outputs": [tensor],
         "fidelity": fidelity,
-        "options": {"q_chunk_size": chunk, "k_chunk_size": chunk},
+        "options": {"q_chunk_size": chunks[0], "k_chunk_size": chunks[1]},
     }
     return trace_cost.price(op).seconds * runs * 1e3
+
+
+def tasks_per_core(dims: list[int], q_chunk: int, cores: int) -> float:
+    """The kernel's units of work (one q chunk of one batch and head) per core: below 1 leaves
+    cores idle, and a fraction means a last round that only some cores run (the model sees neither)."""
+    batch, heads, sequence = dims[0], dims[1], dims[2]
+    return batch * heads * (sequence // q_chunk) / cores
 
 
 def short_reason(error: str) -> str:
@@ -197,25 +205,36 @@ def short_reason(error: str) -> str:
 
 
 def print_attention_chunks(result: dict[str, Any], blocks: dict[str, int]) -> None:
-    """Each q/k chunk size: does the real library accept it, its circular buffers, its modelled time."""
+    """Each (q, k) chunk pair: does the real library accept it, its circular buffers, its modelled
+    time, and the q-chunk tasks per core."""
     x, y = result["grid"]
+    q_chunk, k_chunk = result["engine_chunks"]
+    exp = "approximate" if result.get("exp_approx") else "exact"
     report.title(
-        f"fused attention chunk sizes on the real library, {x}x{y} grid, {result['fidelity']} "
-        f"(the engine uses {result['engine_chunk']})"
+        f"fused attention chunk sizes (q, k) on the real library, {x}x{y} grid, {result['fidelity']}, "
+        f"{exp} exp (the engine uses q {q_chunk}, k {k_chunk})"
     )
-    rows: dict[int, list[object]] = {}
+    cells: dict[tuple[int, int], dict[str, list[object]]] = {}
     for entry in result["rows"]:
-        row = rows.setdefault(entry["chunk"], [entry["chunk"]])
+        chunks = tuple(entry["chunks"])
         if entry["accepted"]:
             runs = blocks[entry["shape"]]
-            ms = _attention_ms(entry["dims"], entry["chunk"], result["fidelity"], runs)
-            row += ["yes", _kib(entry["peak_cb"]), f"{ms:.2f}"]
+            ms = _attention_ms(entry["dims"], entry["chunks"], result["fidelity"], runs)
+            tasks = tasks_per_core(entry["dims"], chunks[0], x * y)
+            cell: list[object] = ["yes", _kib(entry["peak_cb"]), f"{ms:.2f}", f"{tasks:.2f}"]
         else:
-            row += [short_reason(entry["error"]), "", ""]
-    headers = ["chunk"]
+            cell = [short_reason(entry["error"]), "", "", ""]
+        cells.setdefault(chunks, {})[entry["shape"]] = cell
+    headers = ["q", "k"]
     for shape in ("windowed", "global"):
-        headers += [f"{shape}: accepted", "CBs KiB", f"model ms x{blocks[shape]}"]
-    report.table(headers, [row for _, row in sorted(rows.items()) if len(row) == len(headers)])
+        headers += [f"{shape}: accepted", "CBs KiB", f"model ms x{blocks[shape]}", "tasks/core"]
+    rows = []
+    for chunks, by_shape in sorted(cells.items()):
+        row: list[object] = list(chunks)
+        for shape in ("windowed", "global"):
+            row += by_shape.get(shape, ["(does not divide)", "", "", ""])
+        rows.append(row)
+    report.table(headers, rows)
 
 
 def print_cost_model(result: dict[str, Any]) -> None:

@@ -1,9 +1,10 @@
 """Which fused-attention chunk sizes the real ttnn 0.81.1 library accepts at SAM 3's shapes, and their L1.
 
 Runs inside .venv-ttnn on a mock p150a (toolchain.py), with the engine's own device settings
-(its compute grid and the compute kernel config it gives the attention). For each attention
-shape of the image path (a windowed block: 9 windows x 16 heads x 576 tokens; a global block:
-16 heads x 5184 tokens; head dim 64) and each q/k chunk size that divides the sequence, it
+(its compute grid, and the compute kernel config and exp mode it gives the ViT's attention).
+For each attention shape of the image path (a windowed block: 9 windows x 16 heads x 576 tokens;
+a global block: 16 heads x 5184 tokens; head dim 64) and each (q, k) chunk pair that divides the
+sequence (equal chunks, and unequal pairs of the sizes in Q_CHUNKS x K_CHUNKS), it
 runs ttnn.transformer.scaled_dot_product_attention once under a NO_DISPATCH graph capture (the
 per-core peak of its circular buffers) and once in normal mode (whether program creation
 accepts it: circular buffers beyond L1 raise there). Nothing computes.
@@ -31,9 +32,18 @@ from ttnn_mock.image_path import without_torch  # noqa: E402
 #: (label, batch, heads, sequence, head dim) of SAM 3's two attention shapes.
 SHAPES = (("windowed", 9, 16, 576, 64), ("global", 1, 16, 5184, 64))
 CHUNKS = (32, 64, 96, 128, 144, 192, 288, 576, 1024)
+Q_CHUNKS = (64, 96, 192, 288, 576, 864)
+K_CHUNKS = (64, 96, 192, 288, 576)
 
 
-def one_call(ttnn: Any, device: Any, settings: Any, shape: tuple, chunk: int) -> None:
+def pairs(sequence: int) -> list[tuple[int, int]]:
+    """The (q, k) chunk pairs tried at a sequence length: equal ones, then unequal ones."""
+    equal = [(c, c) for c in CHUNKS if sequence % c == 0]
+    unequal = [(q, k) for q in Q_CHUNKS for k in K_CHUNKS if q != k and not sequence % q and not sequence % k]
+    return equal + unequal
+
+
+def one_call(ttnn: Any, device: Any, settings: Any, shape: tuple, chunks: tuple[int, int]) -> None:
     _, batch, heads, sequence, dim = shape
     spec = ttnn.Shape([batch, heads, sequence, dim])
     q, k, v = (
@@ -43,9 +53,9 @@ def one_call(ttnn: Any, device: Any, settings: Any, shape: tuple, chunk: int) ->
     try:
         program = ttnn.SDPAProgramConfig(
             compute_with_storage_grid_size=ttnn.CoreCoord(*settings.grid),
-            q_chunk_size=chunk,
-            k_chunk_size=chunk,
-            exp_approx_mode=False,
+            q_chunk_size=chunks[0],
+            k_chunk_size=chunks[1],
+            exp_approx_mode=settings.vit_exp_approx,
         )
         out = ttnn.transformer.scaled_dot_product_attention(
             q,
@@ -54,7 +64,7 @@ def one_call(ttnn: Any, device: Any, settings: Any, shape: tuple, chunk: int) ->
             is_causal=False,
             scale=dim**-0.5,
             program_config=program,
-            compute_kernel_config=settings.exact_kernel,
+            compute_kernel_config=settings.vit_attention_kernel,
             memory_config=settings.memory,
         )
         ttnn.deallocate(out)
@@ -76,13 +86,11 @@ def measure(ttnn: Any, device: Any, settings: Any) -> list[dict[str, Any]]:
     graph = ttnn._ttnn.graph
     rows = []
     for shape in SHAPES:
-        for chunk in CHUNKS:
-            if shape[3] % chunk:
-                continue
-            row: dict[str, Any] = {"shape": shape[0], "dims": list(shape[1:]), "chunk": chunk}
+        for chunks in pairs(shape[3]):
+            row: dict[str, Any] = {"shape": shape[0], "dims": list(shape[1:]), "chunks": list(chunks)}
             graph.begin_graph_capture(graph.RunMode.NO_DISPATCH)
             try:
-                one_call(ttnn, device, settings, shape, chunk)
+                one_call(ttnn, device, settings, shape, chunks)
             except Exception as error:
                 row["no_dispatch_error"] = reason(error)
             finally:
@@ -90,7 +98,7 @@ def measure(ttnn: Any, device: Any, settings: Any) -> list[dict[str, Any]]:
             row["peak_total"] = int(usage.peak_total)
             row["peak_cb"] = int(usage.peak_cb)
             try:
-                one_call(ttnn, device, settings, shape, chunk)
+                one_call(ttnn, device, settings, shape, chunks)
                 row["accepted"] = True
             except Exception as error:
                 row["accepted"] = False
@@ -125,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                     ttnn_version=importlib.metadata.version("ttnn"),
                     dispatch=dispatch,
                     grid=list(settings.grid),
-                    engine_chunk=settings.attention_chunk,
-                    fidelity=str(settings.exact_kernel.math_fidelity).rsplit(".", 1)[-1].upper(),
+                    engine_chunks=list(settings.vit_attention_chunks),
+                    exp_approx=settings.vit_exp_approx,
+                    fidelity=str(settings.vit_attention_kernel.math_fidelity).rsplit(".", 1)[-1].upper(),
                     rows=measure(ttnn, device, settings),
                     ok=True,
                 )

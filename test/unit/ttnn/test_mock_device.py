@@ -160,9 +160,9 @@ def test_attention_chunk_sizes_as_the_real_library_judges_them(tmp_path):
     if "unavailable" in result:
         pytest.skip(f"mock p150a not run: {result['unavailable']}")
     assert done.returncode == 0 and result["ok"], done.stderr[-2000:]
-    rows = {(r["shape"], r["chunk"]): r for r in result["rows"]}
+    rows = {(r["shape"], *r["chunks"]): r for r in result["rows"]}
     for shape in ("windowed", "global"):
-        assert rows[(shape, result["engine_chunk"])]["accepted"]
-        assert not rows[(shape, 576)]["accepted"]
-        assert "beyond max L1" in rows[(shape, 576)]["error"]
-        assert not rows[(shape, 144)]["accepted"]
+        assert rows[(shape, *result["engine_chunks"])]["accepted"]
+        assert not rows[(shape, 576, 576)]["accepted"]
+        assert "beyond max L1" in rows[(shape, 576, 576)]["error"]
+        assert not rows[(shape, 144, 144)]["accepted"]

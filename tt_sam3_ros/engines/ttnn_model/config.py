@@ -135,29 +135,48 @@ class DeviceSettings:
             activations in L1 is the next step, and only a chip can show it pays).
         matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.
         exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE, norms).
-        attention_chunk: q/k chunk of the fused attention; 64 divides 576 and 5184 tokens.
+        attention_chunk: q/k chunk of the prompt path's fused attention (attention.py).
+        vit_attention_chunks: (q, k) chunk sizes of the ViT's fused attention, dividing 576 (a
+            window) and 5184 (the image). q 576: the cost model's fastest q chunk the real library
+            accepts at both shapes (K and V re-read once per q chunk; 576 x 576 outgrows L1); k 192
+            keeps its circular buffers at 1,144 KiB per core, where k 288 takes 1,408 KiB of the
+            1,536 KiB of L1, at the same modelled time (benchmarks/blackhole_bench.py,
+            tools/ttnn_mock/sdpa_chunks.py).
+        vit_attention_kernel: HiFi2: on full-size blocks on the emulator's fidelity model it costs
+            0.00003 PCC against HiFi4 (benchmarks/fidelity_bench.py), and the global blocks'
+            attention is compute-bound at HiFi4 in the cost model.
+        vit_exp_approx: the SFPU's approximate exp: a further 0.00015 PCC on a windowed block,
+            0.00004 on a global one, in the same measurement (its speed is SFPU work, which the
+            cost model does not price).
     """
 
     grid: tuple[int, int]
     memory: object
     matmul_kernel: object
     exact_kernel: object
+    vit_attention_kernel: object
     attention_chunk: int = 64
+    vit_attention_chunks: tuple[int, int] = (576, 192)
+    vit_exp_approx: bool = True
+
+
+def compute_kernel(ttnn, fidelity: str, approx: bool = False, packer_l1_acc: bool = True) -> object:
+    """A compute config with fp32 accumulation at `fidelity` ("LoFi", "HiFi2", "HiFi4")."""
+    return ttnn.WormholeComputeKernelConfig(
+        math_fidelity=getattr(ttnn.MathFidelity, fidelity),
+        math_approx_mode=approx,
+        fp32_dest_acc_en=True,
+        packer_l1_acc=packer_l1_acc,
+    )
 
 
 def device_settings(ttnn, device) -> DeviceSettings:
     """DeviceSettings for an open device."""
     grid = device.compute_with_storage_grid_size()
-    matmul = ttnn.WormholeComputeKernelConfig(
-        math_fidelity=ttnn.MathFidelity.HiFi2,
-        math_approx_mode=False,
-        fp32_dest_acc_en=True,
-        packer_l1_acc=True,
+    return DeviceSettings(
+        grid=(grid.x, grid.y),
+        memory=ttnn.DRAM_MEMORY_CONFIG,
+        matmul_kernel=compute_kernel(ttnn, "HiFi2"),
+        exact_kernel=compute_kernel(ttnn, "HiFi4", packer_l1_acc=False),
+        vit_attention_kernel=compute_kernel(ttnn, "HiFi2", packer_l1_acc=False),
     )
-    exact = ttnn.WormholeComputeKernelConfig(
-        math_fidelity=ttnn.MathFidelity.HiFi4,
-        math_approx_mode=False,
-        fp32_dest_acc_en=True,
-        packer_l1_acc=False,
-    )
-    return DeviceSettings((grid.x, grid.y), ttnn.DRAM_MEMORY_CONFIG, matmul, exact)

@@ -48,11 +48,12 @@ def rope_attention(
     cos, sin = rope
     query = apply_rope(ttnn, query, cos, sin, settings)
     key = apply_rope(ttnn, key, cos, sin, settings)
+    q_chunk, k_chunk = settings.vit_attention_chunks
     program = ttnn.SDPAProgramConfig(
         compute_with_storage_grid_size=ttnn.CoreCoord(*settings.grid),
-        q_chunk_size=settings.attention_chunk,
-        k_chunk_size=settings.attention_chunk,
-        exp_approx_mode=False,
+        q_chunk_size=q_chunk,
+        k_chunk_size=k_chunk,
+        exp_approx_mode=settings.vit_exp_approx,
     )
     context = ttnn.transformer.scaled_dot_product_attention(
         query,
@@ -61,7 +62,7 @@ def rope_attention(
         is_causal=False,
         scale=config.head_dim**-0.5,
         program_config=program,
-        compute_kernel_config=settings.exact_kernel,
+        compute_kernel_config=settings.vit_attention_kernel,
         memory_config=settings.memory,
     )
     for tensor in (query, key, value):

@@ -1,0 +1,199 @@
+"""Fidelity section: the ViT attention's compute settings, chosen by measurement on the emulator's numerics.
+
+SAM 3's full-size ViT cut to two blocks (a windowed one, then a global one: 1024 wide, 16 heads,
+72x72 tokens, 24x24 windows), random weights sharpened as in the full-size image-path test (else
+attention is flat and a lossy setting hides), run on the TT-NN emulator (test/support/ttnn_emulator:
+bfloat8_b weights, bfloat16 activations, the operand bits each math fidelity keeps, the SFPU's
+approximate exp and gelu) block by block, each block fed transformers' own float32 input, once per
+candidate setting. Printed per candidate and block: PCC against transformers in float32 of the
+block's output and of its update (output - input, which the residual stream cannot hide), and the
+block's modelled time (benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
+
+Chunk sizes do not enter the numerics: the emulator computes the attention in one pass whatever the
+chunks (the kernel's online softmax per k chunk is not modelled), so chunks are chosen by the real
+library's acceptance and the cost model (the blackhole section). --quick: the tiny model's
+dimensions (a smoke run: the figures say nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import report, trace_cost
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: (label, attention fidelity, approximate exp, fidelity of the other matmuls); the first row is
+#: the setting before this measurement.
+CANDIDATES = (
+    ("attention HiFi4, exact exp (before)", "HiFi4", False, "HiFi2"),
+    ("attention HiFi4, approximate exp", "HiFi4", True, "HiFi2"),
+    ("attention HiFi2, exact exp", "HiFi2", False, "HiFi2"),
+    ("attention HiFi2, approximate exp", "HiFi2", True, "HiFi2"),
+    ("attention LoFi, approximate exp", "LoFi", True, "HiFi2"),
+    ("attention HiFi2, approximate exp; linears LoFi", "HiFi2", True, "LoFi"),
+)
+
+
+def _sharpen(model: Any, seed: int) -> None:
+    """The full-size image-path test's scaling: peaked attention, blocks that move the stream."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(0.2 * torch.randn(module.bias.shape, generator=generator))
+            elif isinstance(module, torch.nn.Linear):
+                std = 0.03 if module.in_features > 1024 else 0.06
+                module.weight.copy_(std * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(0.02 * torch.randn(module.bias.shape, generator=generator))
+
+
+def _pcc(a: Any, b: Any) -> float:
+    import torch
+
+    a, b = a.flatten().double(), b.flatten().double()
+    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+
+
+def two_block_vit(quick: bool) -> tuple[Any, Any, list[Any]]:
+    """A windowed + a global block of SAM 3's ViT, sharpened; its input and per-block hidden states."""
+    import torch
+    from transformers import Sam3ViTConfig
+    from transformers.models.sam3.modeling_sam3 import Sam3ViTModel
+
+    width = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2) if quick else {}
+    config = Sam3ViTConfig(
+        **(width or dict(hidden_size=1024, intermediate_size=4096, num_attention_heads=16)),
+        num_hidden_layers=2,
+        global_attn_indexes=[1],
+        window_size=24,
+        image_size=1008,
+        patch_size=14,
+    )
+    state = torch.random.get_rng_state()
+    torch.manual_seed(7)
+    try:
+        model = Sam3ViTModel(config).eval()
+    finally:
+        torch.random.set_rng_state(state)
+    _sharpen(model, 7)
+    pixels = torch.rand(1, 3, 1008, 1008, generator=torch.Generator().manual_seed(7)) * 2 - 1
+    with torch.no_grad():
+        hidden = list(model(pixel_values=pixels, output_hidden_states=True).hidden_states)
+    return model, pixels, hidden
+
+
+def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
+    """One row per candidate and block: PCCs and modelled milliseconds."""
+    sys.path[:0] = [str(REPO / "test" / "support"), str(REPO / "tools")]
+    import ttnn_emulator as ttnn
+    from transformers import Sam3VisionConfig
+    from ttnn_mock import oplog
+
+    from tt_sam3_ros.engines.ttnn_model import vit
+    from tt_sam3_ros.engines.ttnn_model.config import (
+        ImagePathConfig,
+        compute_kernel,
+        device_settings,
+        window_order,
+    )
+    from tt_sam3_ros.engines.ttnn_model.weights import prepare_vit, upload
+
+    model, _, hidden = two_block_vit(quick)
+    vision = Sam3VisionConfig(backbone_config=model.config.to_dict())
+    config = ImagePathConfig.from_hf(vision)
+    order = window_order(config)
+    ttnn.reset()
+    device = ttnn.open_device(device_id=0, l1_small_size=32768, trace_region_size=1 << 20)
+    weights = upload(ttnn, device, prepare_vit(model, config), ttnn.bfloat8_b, ttnn.bfloat16)
+    base = device_settings(ttnn, device)
+    recorder = oplog.Recorder(ttnn)
+    rows = []
+    try:
+        for label, attention, approx, linears in CANDIDATES:
+            settings = dataclasses.replace(
+                base,
+                vit_attention_kernel=compute_kernel(ttnn, attention, packer_l1_acc=False),
+                vit_exp_approx=approx,
+                matmul_kernel=compute_kernel(ttnn, linears),
+            )
+            for index in range(config.layers):
+                windowed = not config.is_global(index)
+                rows_in = hidden[index].reshape(config.tokens, config.hidden)
+                x = ttnn.from_torch(
+                    rows_in[order].reshape(1, config.tokens, config.hidden),
+                    dtype=ttnn.bfloat16,
+                    layout=ttnn.TILE_LAYOUT,
+                    device=device,
+                )
+                start = len(recorder.log)
+                started = time.perf_counter()
+                out = vit.vit_layer(
+                    recorder, x, vit.layer_weights(weights, index), vit.rope_for(weights, windowed),
+                    config, settings, windowed,
+                )  # fmt: skip
+                values = ttnn.to_torch(out).float().reshape(config.tokens, config.hidden)
+                ttnn.deallocate(out)
+                ours = values.clone()
+                ours[order] = values
+                want = hidden[index + 1].reshape(config.tokens, config.hidden)
+                ops = [record.to_json() for record in recorder.log[start:]]
+                rows.append(
+                    {
+                        "candidate": label,
+                        "block": "windowed" if windowed else "global",
+                        "pcc": _pcc(ours, want),
+                        "update_pcc": _pcc(ours - rows_in, want - rows_in),
+                        "ms": sum(cost.seconds for cost in trace_cost.price_all(ops)) * 1e3,
+                        "emulator_s": time.perf_counter() - started,
+                    }
+                )
+                report.progress(
+                    f"{label}, {rows[-1]['block']} block: PCC {rows[-1]['pcc']:.5f} "
+                    f"({rows[-1]['emulator_s']:.0f} s on the emulator)"
+                )
+    finally:
+        ttnn.reset()
+    return rows, base
+
+
+def _fidelity(config: Any) -> str:
+    return config.math_fidelity.name
+
+
+def main(quick: bool) -> None:
+    report.title(
+        "ViT attention settings on the emulator's numerics: "
+        + ("tiny dimensions (smoke run)" if quick else "SAM 3's full-size blocks")
+    )
+    rows, base = measure(quick)
+    q_chunk, k_chunk = base.vit_attention_chunks
+    print(
+        "settings: two-block ViT (windowed, global), random sharpened weights (seed 7), bfloat8_b "
+        "weights, each block fed transformers' float32 input; PCC vs transformers float32; modelled "
+        f"ms of each block at 120 cores with the engine's chunks q {q_chunk} / k {k_chunk}"
+    )
+    engine = (
+        _fidelity(base.vit_attention_kernel),
+        base.vit_exp_approx,
+        _fidelity(base.matmul_kernel),
+    )
+    table = []
+    for label, *choice in CANDIDATES:
+        found = {row["block"]: row for row in rows if row["candidate"] == label}
+        line: list[object] = [label + (" <- engine" if tuple(choice) == engine else "")]
+        for block in ("windowed", "global"):
+            row = found[block]
+            line += [f"{row['pcc']:.5f}", f"{row['update_pcc']:.5f}", f"{row['ms']:.3f}"]
+        table.append(line)
+    headers = ["candidate"]
+    for block in ("windowed", "global"):
+        headers += [f"{block}: PCC out", "PCC update", "model ms"]
+    report.table(headers, table)
