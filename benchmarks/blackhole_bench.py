@@ -212,7 +212,7 @@ def print_attention_chunks(result: dict[str, Any], blocks: dict[str, int]) -> No
     exp = "approximate" if result.get("exp_approx") else "exact"
     report.title(
         f"fused attention chunk sizes (q, k) on the real library, {x}x{y} grid, {result['fidelity']}, "
-        f"{exp} exp (the engine uses q {q_chunk}, k {k_chunk})"
+        f"{exp} exp, operands in DRAM (the engine uses q {q_chunk}, k {k_chunk})"
     )
     cells: dict[tuple[int, int], dict[str, list[object]]] = {}
     for entry in result["rows"]:

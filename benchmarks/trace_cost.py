@@ -13,8 +13,9 @@ the device opened. What the model assumes, so its numbers are read for what they
   attention 4*B*H*Sq*Sk*D (QK^T and PV), conv2d 2*H*W*Cout*Cin*kh*kw; every other op is
   data movement or SFPU work and is priced by its DRAM traffic only (SFPU throughput, e.g. the
   exp of softmax and attention or the gelu, is not modelled);
-- DRAM bytes: every input read once and every output written once (activations and weights
-  are DRAM-interleaved), bfloat8_b at 1088 B per 1024 values (shared exponents), except:
+- DRAM bytes: every DRAM input read once and every DRAM output written once, bfloat8_b at
+  1088 B per 1024 values (shared exponents); a tensor in L1 moves no DRAM bytes (its traffic
+  stays on the cores and the NoC, which the model does not price: a floor); special cases:
   a reshape that can be a view (last dimension unchanged, rows tile-aligned) moves nothing;
   the fused attention re-reads K and V once per query chunk (ceil(Sq / q_chunk) times);
   the fused rotary embedding reads each input tile twice (as itself and as its rotated
@@ -123,8 +124,13 @@ def tensor_bytes(tensor: dict[str, Any]) -> float:
     return math.prod(padded(tensor["shape"], tensor["layout"])) * BYTES_PER_VALUE.get(tensor["dtype"], 2.0)
 
 
+def dram_tensor_bytes(tensor: dict[str, Any]) -> float:
+    """What moving `tensor` costs in DRAM traffic: its bytes in DRAM, nothing in L1 or on the host."""
+    return tensor_bytes(tensor) if tensor["memory"] == "DRAM" else 0.0
+
+
 def _device_bytes(tensors: Iterable[dict[str, Any]]) -> float:
-    return sum(tensor_bytes(t) for t in tensors if t["memory"] != "host")
+    return sum(dram_tensor_bytes(t) for t in tensors)
 
 
 def reshape_is_view(source: dict[str, Any], target: dict[str, Any]) -> bool:
@@ -174,11 +180,13 @@ def dram_bytes(op: dict[str, Any]) -> float:
         chunk = op["options"].get("q_chunk_size") or q["shape"][-2]
         passes = math.ceil(q["shape"][-2] / chunk)
         rest = inputs[3:]
-        return tensor_bytes(q) + passes * (tensor_bytes(k) + tensor_bytes(v)) + _device_bytes(rest + outputs)
+        rereads = passes * (dram_tensor_bytes(k) + dram_tensor_bytes(v))
+        return dram_tensor_bytes(q) + rereads + _device_bytes(rest + outputs)
     if name == ROTARY and len(inputs) >= 3:
         x, cos, sin = inputs[:3]
         sweeps = math.prod(padded(x["shape"], x["layout"])[:-2])
-        return 2 * tensor_bytes(x) + sweeps * (tensor_bytes(cos) + tensor_bytes(sin)) + _device_bytes(outputs)
+        tables = sweeps * (dram_tensor_bytes(cos) + dram_tensor_bytes(sin))
+        return 2 * dram_tensor_bytes(x) + tables + _device_bytes(outputs)
     if name == CONV:
         o = op["options"]
         kh, kw = o.get("kernel_size", [1, 1])

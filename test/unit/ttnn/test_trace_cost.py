@@ -88,7 +88,7 @@ def test_recorder_logs_what_the_model_prices(recorded_forward):
     qkv = next(op for op in ops if op["op"] == "linear" and op["stage"] == "vit_block")
     assert qkv["fidelity"] == "HIFI2"
     assert qkv["inputs"][0]["shape"] == [1, config.tokens, config.hidden]
-    assert qkv["inputs"][1]["dtype"] == "BFLOAT8_B" and qkv["outputs"][0]["memory"] == "DRAM"
+    assert qkv["inputs"][1]["dtype"] == "BFLOAT8_B" and qkv["outputs"][0]["memory"] == "L1"
     attention = next(op for op in ops if op["op"] == trace_cost.ATTENTION)
     assert attention["options"]["q_chunk_size"] > 0
     assert all(trace_cost.price(op).seconds >= 0 for op in ops)
@@ -138,6 +138,16 @@ def test_elementwise_is_memory_bound():
     cost = trace_cost.price(_op("add", [a, a], [a]))
     assert cost.flops == 0 and cost.fidelity is None and cost.bound == "memory"
     assert cost.seconds == pytest.approx(3 * 5184 * 1024 * 2 / 512e9)
+
+
+def test_a_tensor_in_l1_moves_no_dram_bytes():
+    dram, l1 = _tensor((1, 5184, 1024)), _tensor((1, 5184, 1024), memory="L1")
+    size = trace_cost.tensor_bytes(dram)
+    assert trace_cost.price(_op("add", [dram, dram], [dram])).dram_bytes == pytest.approx(3 * size)
+    assert trace_cost.price(_op("add", [l1, dram], [l1])).dram_bytes == pytest.approx(size)
+    q_dram, q_l1 = _tensor((9, 16, 576, 64)), _tensor((9, 16, 576, 64), memory="L1")
+    attention = _op(trace_cost.ATTENTION, [q_l1, q_l1, q_l1], [q_dram], "HIFI2", q_chunk_size=64)
+    assert trace_cost.price(attention).dram_bytes == pytest.approx(trace_cost.tensor_bytes(q_dram))
 
 
 def test_reshape_is_free_only_when_it_can_be_a_view():

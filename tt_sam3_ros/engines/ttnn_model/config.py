@@ -131,20 +131,24 @@ class DeviceSettings:
     Attributes:
         grid: (x, y) compute grid the ops may use, as the opened device reports it (11x10 on a
             p150a with worker dispatch; 12 or 13 columns with less harvesting).
-        memory: where activations live (DRAM interleaved: correctness first; sharding the
-            activations in L1 is the next step, and only a chip can show it pays).
+        memory: where activations live by default (DRAM interleaved), among them the ViT's
+            residual stream, which lives through a whole block.
+        l1: L1 interleaved, for the ViT's short-lived activations whose per-core share fits
+            beside the next op's circular buffers (vit.py names them; the real library's
+            allocator on a mock p150a is what says they fit, tools/ttnn_mock).
         matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.
         exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE, norms).
         attention_chunk: q/k chunk of the prompt path's fused attention (attention.py).
         vit_attention_chunks: (q, k) chunk sizes of the ViT's fused attention, dividing 576 (a
-            window) and 5184 (the image). q 576: the cost model's fastest q chunk the real library
-            accepts at both shapes (K and V re-read once per q chunk; 576 x 576 outgrows L1); k 192
-            keeps its circular buffers at 1,144 KiB per core, where k 288 takes 1,408 KiB of the
-            1,536 KiB of L1, at the same modelled time (benchmarks/blackhole_bench.py,
-            tools/ttnn_mock/sdpa_chunks.py).
+            window) and 5184 (the image). 288 x 288: with q, k and v in L1 (vit.py) the
+            attention moves no DRAM bytes, so in the cost model its time is its FLOPs whatever the
+            chunks, and 288 gives 2.62 query chunks per core on 110 cores (576: 1.31, a second
+            round on a third of the cores); its circular buffers (778 KiB per core) fit beside q,
+            k, v and the output in L1, where 576 x 192 (1,144 KiB) clashes with them on the
+            real library (benchmarks/blackhole_bench.py, tools/ttnn_mock/sdpa_chunks.py).
         vit_attention_kernel: HiFi2: on full-size blocks on the emulator's fidelity model it costs
-            0.00003 PCC against HiFi4 (benchmarks/fidelity_bench.py), and the global blocks'
-            attention is compute-bound at HiFi4 in the cost model.
+            0.00003 PCC against HiFi4 (benchmarks/fidelity_bench.py), and the attention is
+            compute-bound in the cost model.
         vit_exp_approx: the SFPU's approximate exp: a further 0.00015 PCC on a windowed block,
             0.00004 on a global one, in the same measurement (its speed is SFPU work, which the
             cost model does not price).
@@ -155,8 +159,9 @@ class DeviceSettings:
     matmul_kernel: object
     exact_kernel: object
     vit_attention_kernel: object
+    l1: object
     attention_chunk: int = 64
-    vit_attention_chunks: tuple[int, int] = (576, 192)
+    vit_attention_chunks: tuple[int, int] = (288, 288)
     vit_exp_approx: bool = True
 
 
@@ -179,4 +184,5 @@ def device_settings(ttnn, device) -> DeviceSettings:
         matmul_kernel=compute_kernel(ttnn, "HiFi2"),
         exact_kernel=compute_kernel(ttnn, "HiFi4", packer_l1_acc=False),
         vit_attention_kernel=compute_kernel(ttnn, "HiFi2", packer_l1_acc=False),
+        l1=ttnn.L1_MEMORY_CONFIG,
     )

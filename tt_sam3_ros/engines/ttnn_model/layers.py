@@ -20,28 +20,33 @@ def linear(
     settings: DeviceSettings,
     activation: str | None = None,
     kernel: Any = None,
+    memory: Any = None,
 ) -> Any:
     """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out, fused activation if given;
-    at the matmul fidelity unless another ``kernel`` (a compute kernel config) is given."""
+    at the matmul fidelity unless another ``kernel`` (a compute kernel config) is given; the
+    output in `memory` (settings.memory by default)."""
     return ttnn.linear(
         x,
         w[f"{name}.weight"],
         bias=w.get(f"{name}.bias"),
         activation=activation,
         dtype=ttnn.bfloat16,
-        memory_config=settings.memory,
+        memory_config=memory or settings.memory,
         compute_kernel_config=kernel or settings.matmul_kernel,
     )
 
 
-def layer_norm(ttnn: Any, x: Any, w: dict[str, Any], name: str, eps: float, settings: DeviceSettings) -> Any:
-    """LayerNorm with w[name.weight], w[name.bias] and the layer's own epsilon ``eps``."""
+def layer_norm(
+    ttnn: Any, x: Any, w: dict[str, Any], name: str, eps: float, settings: DeviceSettings, memory: Any = None
+) -> Any:
+    """LayerNorm with w[name.weight], w[name.bias] and the layer's own epsilon ``eps``; the output
+    in `memory` (settings.memory by default)."""
     return ttnn.layer_norm(
         x,
         epsilon=eps,
         weight=w[f"{name}.weight"],
         bias=w[f"{name}.bias"],
-        memory_config=settings.memory,
+        memory_config=memory or settings.memory,
         compute_kernel_config=settings.exact_kernel,
     )
 

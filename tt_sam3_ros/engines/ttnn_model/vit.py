@@ -13,6 +13,19 @@ from typing import Any
 from .config import DeviceSettings, ImagePathConfig
 from .layers import layer_norm, linear
 
+#: The block's activations kept in L1 (settings.l1) rather than DRAM: each is made and consumed
+#: within a few ops, and its per-core share (full size: 96 KiB for a (1, 5184, 1024) bfloat16
+#: tensor on 110 cores, 284 KiB for the qkv projection, 378 KiB for the MLP's hidden layer) fits
+#: beside the circular buffers of the ops that run while it lives, as the real library's
+#: allocator on a mock p150a judges (tools/ttnn_mock, both grids). The residual stream (x, the
+#: block's input and output) stays in DRAM: it lives through the whole block.
+L1_ACTIVATIONS = frozenset({"ln1", "qkv", "heads", "rope", "attention", "concat", "o", "ln2", "fc1", "fc2"})
+
+
+def placed(name: str, settings: DeviceSettings) -> Any:
+    """The memory config of the block activation `name`: L1 if it is in L1_ACTIVATIONS."""
+    return settings.l1 if name in L1_ACTIVATIONS else settings.memory
+
 
 def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, settings: DeviceSettings) -> Any:
     """x * cos + rotate_half(x) * sin on (B, H, S, Dp) in one fused op; consumes `heads`.
@@ -21,7 +34,7 @@ def apply_rope(ttnn: Any, heads: Any, cos: Any, sin: Any, settings: DeviceSettin
     pairwise rotation; cos and sin are (1, 1, S, Dp) and broadcast over windows and heads.
     """
     out = ttnn.experimental.rotary_embedding(
-        heads, cos, sin, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
+        heads, cos, sin, memory_config=placed("rope", settings), compute_kernel_config=settings.exact_kernel
     )
     ttnn.deallocate(heads)
     return out
@@ -36,13 +49,15 @@ def rope_attention(
     settings: DeviceSettings,
     windowed: bool,
 ) -> Any:
-    """Sam3ViTRoPEAttention on (1, tokens, C); attention within each window or over all tokens."""
+    """Sam3ViTRoPEAttention on (1, tokens, C); attention within each window or over all tokens.
+    Consumes `hidden`."""
     batch, seq = (config.windows_per_side**2, config.window_tokens) if windowed else (1, config.tokens)
     width = config.heads * config.head_dim_padded
-    qkv = linear(ttnn, hidden, w, "qkv", settings)
+    qkv = linear(ttnn, hidden, w, "qkv", settings, memory=placed("qkv", settings))
+    ttnn.deallocate(hidden)
     qkv_batched = ttnn.reshape(qkv, (batch, seq, 3 * width))
     query, key, value = ttnn.transformer.split_query_key_value_and_split_heads(
-        qkv_batched, num_heads=config.heads, transpose_key=False, memory_config=settings.memory
+        qkv_batched, num_heads=config.heads, transpose_key=False, memory_config=placed("heads", settings)
     )
     ttnn.deallocate(qkv_batched)
     cos, sin = rope
@@ -63,14 +78,15 @@ def rope_attention(
         scale=config.head_dim**-0.5,
         program_config=program,
         compute_kernel_config=settings.vit_attention_kernel,
-        memory_config=settings.memory,
+        memory_config=placed("attention", settings),
     )
     for tensor in (query, key, value):
         ttnn.deallocate(tensor)
-    merged = ttnn.transformer.concatenate_heads(context, memory_config=settings.memory)  # (batch, seq, H*Dp)
+    # (batch, seq, H*Dp)
+    merged = ttnn.transformer.concatenate_heads(context, memory_config=placed("concat", settings))
     ttnn.deallocate(context)
     merged_flat = ttnn.reshape(merged, (1, config.tokens, width))
-    out = linear(ttnn, merged_flat, w, "o", settings)
+    out = linear(ttnn, merged_flat, w, "o", settings, memory=placed("o", settings))
     ttnn.deallocate(merged_flat)
     return out
 
@@ -85,16 +101,15 @@ def vit_layer(
     windowed: bool,
 ) -> Any:
     """Sam3ViTLayer: x + attn(ln1(x)), then + mlp(ln2(.)); consumes x, returns (1, tokens, C)."""
-    normed = layer_norm(ttnn, x, w, "ln1", config.eps, settings)
+    normed = layer_norm(ttnn, x, w, "ln1", config.eps, settings, memory=placed("ln1", settings))
     attended = rope_attention(ttnn, normed, w, rope, config, settings, windowed)
-    ttnn.deallocate(normed)
     residual = ttnn.add(x, attended, memory_config=settings.memory)
     ttnn.deallocate(x)
     ttnn.deallocate(attended)
-    normed = layer_norm(ttnn, residual, w, "ln2", config.eps, settings)
-    expanded = linear(ttnn, normed, w, "fc1", settings, activation="gelu")
+    normed = layer_norm(ttnn, residual, w, "ln2", config.eps, settings, memory=placed("ln2", settings))
+    expanded = linear(ttnn, normed, w, "fc1", settings, activation="gelu", memory=placed("fc1", settings))
     ttnn.deallocate(normed)
-    projected = linear(ttnn, expanded, w, "fc2", settings)
+    projected = linear(ttnn, expanded, w, "fc2", settings, memory=placed("fc2", settings))
     ttnn.deallocate(expanded)
     out = ttnn.add(residual, projected, memory_config=settings.memory)
     ttnn.deallocate(residual)
