@@ -30,6 +30,7 @@ import torch
 
 from ..base import DecodedBatch, EngineError
 from . import segmentation_head as head
+from .attention import AttentionShape
 from .config import TILE
 from .decoder import DecoderStackConfig, DecoderStackInputs, decoder_stack
 from .fusion_encoder import fusion_encoder
@@ -85,8 +86,8 @@ class ChipPromptPath:
         ttnn: the ttnn module (or the emulator).
         encoder: the ChipImageEncoder on the same chip (its trace ends with the class token).
         model: transformers' Sam3Model (its prompt modules are read, never changed).
-        host: the host prompt path (a TorchEngine over the model without its ViT): its text
-            encoder and the neck's sine position encodings are used.
+        host: the host prompt path (a TorchEngine over the model without its ViT): only its
+            text encoder is used.
         max_prompts: the most prompts one decode takes.
     """
 
@@ -108,7 +109,8 @@ class ChipPromptPath:
         self.pixel = head.PixelDecoderConfig.from_module(
             mask_decoder.pixel_decoder, side, PIXEL_DECODER_STAGES
         )
-        self.head_shape = PromptLayerConfig.from_layer(model.detr_encoder.layers[0]).attention
+        attention = mask_decoder.prompt_cross_attn
+        self.head_shape = AttentionShape.of(attention.hidden_size, attention.num_attention_heads)
         self.head_eps = mask_decoder.prompt_cross_attn_norm.eps
         device = self.device
         self.w_fusion = upload(ttnn, device, prepare_fusion_encoder(model.detr_encoder), matmul, param)
