@@ -11,6 +11,11 @@ rows gathered, their mask logits only), on zero-valued device tensors of the rea
 run once under a NO_DISPATCH graph capture, for their per-core peak L1 (the report's "peaks").
 The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
 picks its program factories and sizes their circular buffers against the real allocator.
+Then the composed path the engine replays: ChipPromptPath.compile itself (every bucket's
+_forward, 1 and 4 prompts, each with a _mask_rows read after it) on the engine's PromptBuffers and
+device buffers shaped like the image trace's outputs (four FPN maps and the class tile), the
+per-core peaks of a bucket-1 forward with and without its mask read, and a class tile of the
+wrong height that the library must refuse (so the check can fail).
 
 Two halves, as tools/ttnn_mock/image_path.py has: ``write_manifest`` runs where torch is (the
 weights' names, roles and shapes from prompt_weights' own preparation of transformers' modules),
@@ -44,6 +49,8 @@ SIZES = ("full", "tiny")
 #: The image-token grid (72 x 72) at both sizes: the input stays 1008 x 1008.
 GRID_SIDE = 72
 #: Stages whose per-core peaks (NO_DISPATCH graph capture) the report carries.
+#: Prompt buckets the composed prompt path (ChipPromptPath) is compiled for here.
+COMPOSED_BUCKETS = (1, 4)
 PEAK_STAGES = ("query_position", "box_bias", "decoder_stack", "pixel_decoder", "kept_mask_logits")
 
 
@@ -64,10 +71,12 @@ def write_manifest(size: str, path: Path) -> Path:
     scoring = sam3.Sam3DotProductScoring(config)
     head = sam3.Sam3MaskDecoder(config.mask_decoder_config)
     geometry = sam3.Sam3GeometryEncoder(config.geometry_encoder_config)
+    fusion = sam3.Sam3DetrEncoder(config.detr_encoder_config)
     hidden = config.geometry_encoder_config.hidden_size
     groups = {
         "geometry": prompt_weights.prepare_geometry_encoder(geometry, torch.zeros(1, hidden, 72, 72)),
         "encoder": prompt_weights.prepare_fusion_encoder_layer(encoder_layer),
+        "fusion": prompt_weights.prepare_fusion_encoder(fusion),
         "decoder": prompt_weights.prepare_decoder_layer(decoder.layers[0]),
         "scoring": prompt_weights.prepare_scoring(scoring, decoder),
         "head": prompt_weights.prepare_segmentation_head(head),
@@ -93,6 +102,9 @@ def write_manifest(size: str, path: Path) -> Path:
             PixelDecoderConfig.from_module(head.pixel_decoder, 72, prompt_weights.PIXEL_DECODER_STAGES)
         ),
         "decoder_layers": len(decoder.layers),
+        "fusion_layers": len(fusion.layers),
+        "head_eps": head.prompt_cross_attn_norm.eps,
+        "head_attention": [head.prompt_cross_attn.hidden_size, head.prompt_cross_attn.num_attention_heads],
         "decoder_eps": decoder.output_layer_norm.eps,
         "weights": {
             group: {name: [list(w.values.shape), w.kind] for name, w in host.items()}
@@ -114,7 +126,9 @@ def _import_modules() -> types.SimpleNamespace:
             decoder,
             fusion_encoder,
             geometry_encoder,
+            prompt_buffers,
             prompt_config,
+            prompt_path,
             scoring,
             segmentation_head,
             selection,
@@ -128,7 +142,9 @@ def _import_modules() -> types.SimpleNamespace:
         decoder=decoder,
         fusion_encoder=fusion_encoder,
         geometry_encoder=geometry_encoder,
+        prompt_buffers=prompt_buffers,
         prompt_config=prompt_config,
+        prompt_path=prompt_path,
         scoring=scoring,
         segmentation_head=segmentation_head,
         selection=selection,
@@ -321,8 +337,111 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
             except Exception as error:
                 report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
         report["peaks"] = {name: _per_core_peaks(ttnn, steps[name]) for name in PEAK_STAGES}
+        composed = types.SimpleNamespace(
+            layer=layer, stack=stack_config, scoring=scoring_config, pixel=pixel, head=head_w
+        )
+        path, image_state = _chip_prompt_path(ttnn, device, m, manifest, settings, zeros, weights, composed)
+        _run_composed(ttnn, m, path, image_state, zeros, report)
     finally:
         ttnn.close_device(device)
+
+
+def _chip_prompt_path(
+    ttnn: Any,
+    device: Any,
+    m: Any,
+    manifest: dict[str, Any],
+    settings: Any,
+    zeros: Any,
+    weights: Any,
+    parts: Any,
+) -> tuple[Any, Any]:
+    """The engine's ChipPromptPath on zero weights, with its real PromptBuffers, and the image
+    state it reads: the image trace's outputs (four FPN maps at scales 4, 2, 1, 0.5, then the class
+    tile) through its own image_features. Only __init__ is bypassed (it prepares the weights from
+    transformers' modules, which need torch); the host helpers that need torch are replaced:
+    _tensor (a host tensor up) and _read (a device tensor down: zeros of its shape, as the mock
+    computes nothing)."""
+    import numpy as np
+
+    pp = m.prompt_path
+    c, s = manifest["hidden"], GRID_SIDE * GRID_SIDE
+    path = object.__new__(pp.ChipPromptPath)
+    path.ttnn, path.device, path.settings = ttnn, device, settings
+    path.fusion, path.fusion_layers = parts.layer, manifest["fusion_layers"]
+    path.decoder, path.scoring, path.pixel = parts.stack, parts.scoring, parts.pixel
+    path.head_shape = m.attention.AttentionShape.of(*manifest["head_attention"])
+    path.head_eps = manifest["head_eps"]
+    path._conv_dtype, path._conv_weights = ttnn.bfloat8_b, {}
+    path.w_fusion, path.w_decoder = weights("fusion"), weights("decoder_stack")
+    path.w_scoring, path.w_head = weights("scoring"), parts.head
+    if not hasattr(pp.torch, "zeros"):  # the stand-in torch: _mask_rows builds its one-hot with zeros
+        pp.torch = types.SimpleNamespace(zeros=lambda *shape: np.zeros(shape, np.float32))
+    path._tensor = lambda values: zeros(tuple(values.shape))
+    path._read = lambda tensor: np.zeros(tuple(tensor.shape), np.float32)
+    path.constants = {"position": zeros((1, s, c)), "placement": zeros((1, pp.PROMPT_TOKENS, pp.TILE))}
+    path.buckets = COMPOSED_BUCKETS
+    rows = parts.stack.rows
+    path.selectors = {b: zeros((b, rows, rows)) for b in path.buckets}
+    path.prompts = m.prompt_buffers.PromptBuffers(
+        ttnn,
+        device,
+        path._forward,
+        tokens=pp.PROMPT_TOKENS,
+        hidden=c,
+        mask_rows={"image": s, "queries": rows, "pool": 1},
+        max_prompts=path.buckets[-1],
+        buckets=path.buckets,
+    )
+    levels = [zeros((1, 1, s * 4**2 // 4**i, c)) for i in range(4)] + [zeros((1, pp.TILE, c))]
+    return path, path.image_features(levels)
+
+
+def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, report: dict[str, Any]) -> None:
+    """The engine's ChipPromptPath.compile (every bucket's _forward, then a mask read by
+    _mask_rows), the shapes recorded; the per-core peaks of one bucket-1 forward and its mask read;
+    and a class tile of the wrong height, which the real library must refuse."""
+    pp, shapes = m.prompt_path, {}
+    forward, mask_rows = path._forward, path._mask_rows
+
+    def recorded_forward(bucket: int, *args: Any) -> list[Any]:
+        outputs = forward(bucket, *args)
+        shapes[f"forward_{bucket}"] = [list(t.shape) for t in outputs]
+        return outputs
+
+    def recorded_mask_rows(masks: Any, rows: Any) -> Any:
+        values = mask_rows(masks, rows)
+        shapes[f"mask_rows_{masks.count}"] = list(values.shape)
+        return values
+
+    path._forward, path._mask_rows = recorded_forward, recorded_mask_rows
+    try:
+        path.compile(image_state)
+        report["composed"] = {"ok": True, "shapes": shapes}
+    except Exception as error:
+        failure = f"{type(error).__name__}: {error}"[:3000]
+        report["composed"] = {"ok": False, "shapes": shapes, "error": failure}
+        return
+    finally:
+        path._forward, path._mask_rows = forward, mask_rows
+    inputs = path._inputs(image_state)
+    one = (1, path.prompts.features[1], path.prompts.masks[1])
+
+    def forward_and_read() -> Any:
+        outputs = forward(*one, *inputs)
+        return mask_rows(pp.ChipMasks(outputs[4], outputs[5], 1), {0: [0]})
+
+    report["composed_peaks"] = {
+        "prompt_forward_1": _per_core_peaks(ttnn, lambda: forward(*one, *inputs)),
+        "prompt_forward_and_mask_read_1": _per_core_peaks(ttnn, forward_and_read),
+    }
+    wrong = pp.ChipImageState(*inputs[:3], zeros((1, 2 * pp.TILE, inputs[3].shape[-1])))
+    try:
+        for tensor in forward(*one, *path._inputs(wrong)):
+            ttnn.deallocate(tensor)
+        report["refused"] = None
+    except Exception as error:
+        report["refused"] = f"{type(error).__name__}: {error}".split("backtrace:")[0].strip()
 
 
 def _per_core_peaks(ttnn: Any, stage: Any) -> dict[str, Any]:
@@ -359,7 +478,12 @@ def main(argv: list[str] | None = None) -> int:
             os.chdir(scratch)  # tt-metal writes generated/ into the cwd
             try:
                 run(manifest, report, args.batch)
-                report["ok"] = bool(report["modules"]) and all(v["ok"] for v in report["modules"].values())
+                report["ok"] = (
+                    bool(report["modules"])
+                    and all(v["ok"] for v in report["modules"].values())
+                    and report["composed"]["ok"]
+                    and bool(report["refused"])
+                )
             except Exception as error:
                 report["error"] = f"{type(error).__name__}: {error}"[:3000]
                 report["traceback"] = traceback.format_exc()[-3000:]

@@ -4,7 +4,10 @@ tools/ttnn_mock/prompt_layers.py runs in .venv-ttnn as a subprocess (a crash ins
 one test, not pytest); this side writes its manifest. The mock checks what the real library checks
 on the host (validation, program factories, circular buffers, the allocator), not numerics; the
 modules are not in the engine yet, so each is called once, eagerly, as the engine will call it
-(the geometry encoder's class token once per image, the others for a batch of prompts).
+(the geometry encoder's class token once per image, the others for a batch of prompts). Then
+the composed path as the engine runs it: ChipPromptPath.compile (its _forward for buckets of 1
+and 4 prompts, each followed by a _mask_rows read) on device buffers shaped like the image
+trace's outputs, and a class tile of the wrong height, which the real library must refuse.
 """
 
 from __future__ import annotations
@@ -106,6 +109,33 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     peaks = report["peaks"]
     print(
         "  per-core peaks, L1 buffers / circular buffers / total (NO_DISPATCH): "
+        + ", ".join(
+            f"{k} {v.get('peak_l1')} / {v.get('peak_cb')} / {v.get('peak_total')} B" for k, v in peaks.items()
+        )
+    )
+    assert all("error" not in v for v in peaks.values()), peaks
+    assert all(v["peak_total"] < L1_BANK_BYTES for v in peaks.values()), peaks
+    _check_composed(report, size, grid)
+
+
+def _check_composed(report: dict, size: str, grid: str) -> None:
+    """ChipPromptPath.compile ran on the real library: every bucket's outputs and mask read."""
+    composed = report["composed"]
+    assert composed["ok"], composed
+    c, rows = (256, 224) if size == "full" else (32, 32)
+    pixels = 288 * 288
+    for bucket in prompt_layers.COMPOSED_BUCKETS:
+        logits, presence, boxes, scores, embeddings, per_pixel = composed["shapes"][f"forward_{bucket}"]
+        assert logits == presence == scores == [bucket, rows, 1]
+        assert boxes[:2] == [bucket, rows] and embeddings == [bucket, rows, c]
+        assert per_pixel == [bucket, pixels, report["pixel_channels"]]
+        assert composed["shapes"][f"mask_rows_{bucket}"] == [bucket, 32, pixels]
+    # the check can fail: a (1, 64, C) class tile does not fit the placement matmul
+    assert "a_shape[-1] == b_shape[-2]" in (report["refused"] or ""), report["refused"]
+    peaks = report["composed_peaks"]
+    print(
+        f"  composed prompt path ({size}, {grid}): buckets {prompt_layers.COMPOSED_BUCKETS} compiled; "
+        "per-core peaks, L1 buffers / circular buffers / total (NO_DISPATCH): "
         + ", ".join(
             f"{k} {v.get('peak_l1')} / {v.get('peak_cb')} / {v.get('peak_total')} B" for k, v in peaks.items()
         )
