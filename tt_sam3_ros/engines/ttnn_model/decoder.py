@@ -50,7 +50,7 @@ from typing import Any
 from .attention import multi_head_attention, sub_weights
 from .config import TILE, DeviceSettings, round_up
 from .fusion_encoder import mlp
-from .layers import layer_norm, linear
+from .layers import decoder_mlp, layer_norm
 from .prompt_config import PromptLayerConfig, padded_length
 from .scoring import ScoringConfig, presence_logits
 
@@ -227,27 +227,6 @@ class DecoderStackOutputs:
     queries: list[Any] = field(default_factory=list)
     boxes: list[Any] = field(default_factory=list)
     presence: list[Any] = field(default_factory=list)
-
-
-def decoder_mlp(
-    ttnn: Any,
-    x: Any,
-    w: dict[str, Any],
-    name: str,
-    layers: int,
-    settings: DeviceSettings,
-    last_activation: str | None = None,
-) -> Any:
-    """Sam3DecoderMLP (``name.layer1`` ... ``name.layer{layers}``): relu fused after all but the
-    last linear (and `last_activation` after that one); leaves x allocated."""
-    out = x
-    for index in range(1, layers + 1):
-        activation = "relu" if index < layers else last_activation
-        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation)
-        if out is not x:
-            ttnn.deallocate(out)
-        out = step
-    return out
 
 
 def query_position(ttnn: Any, boxes: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:

@@ -1,4 +1,5 @@
-"""The device calls every ported block makes: a linear layer, a LayerNorm and a 3x3 convolution.
+"""The device calls every ported block makes: a linear layer, the decoder heads' MLP, a LayerNorm
+and a 3x3 convolution.
 
 One home for them, so the image path (ViT, neck) and the prompt path (fusion encoder, decoder,
 scoring, segmentation head) put their matmuls, norms and convolutions on the chip with the same
@@ -34,6 +35,27 @@ def linear(
         memory_config=memory or settings.memory,
         compute_kernel_config=kernel or settings.matmul_kernel,
     )
+
+
+def decoder_mlp(
+    ttnn: Any,
+    x: Any,
+    w: dict[str, Any],
+    name: str,
+    layers: int,
+    settings: DeviceSettings,
+    last_activation: str | None = None,
+) -> Any:
+    """Sam3DecoderMLP (``name.layer1`` ... ``name.layer{layers}``): relu fused after all but the
+    last linear (and `last_activation` after that one); leaves x allocated."""
+    out = x
+    for index in range(1, layers + 1):
+        activation = "relu" if index < layers else last_activation
+        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation)
+        if out is not x:
+            ttnn.deallocate(out)
+        out = step
+    return out
 
 
 def layer_norm(

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .config import DeviceSettings
-from .layers import linear
+from .layers import decoder_mlp, linear
 
 
 @dataclass(frozen=True)
@@ -84,20 +84,6 @@ def _norm(
     )
 
 
-def _decoder_mlp(
-    ttnn: Any, x: Any, w: dict[str, Any], name: str, layers: int, settings: DeviceSettings
-) -> Any:
-    """Sam3DecoderMLP: relu after every linear but the last; leaves x allocated."""
-    out = x
-    for index in range(1, layers + 1):
-        activation = "relu" if index < layers else None
-        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation)
-        if out is not x:
-            ttnn.deallocate(out)
-        out = step
-    return out
-
-
 def query_logits(
     ttnn: Any,
     hidden: Any,
@@ -109,7 +95,7 @@ def query_logits(
 ) -> Any:
     """Sam3DotProductScoring on the output-normed rows: (B, Q, 1) logits, clamped."""
     queries = _norm(ttnn, hidden, w, "output_norm", config.eps, settings)
-    expanded = _decoder_mlp(ttnn, text, w, "text_mlp", 2, settings)
+    expanded = decoder_mlp(ttnn, text, w, "text_mlp", 2, settings)
     text_normed = _norm(ttnn, text, w, "text_norm", config.eps, settings, residual=expanded)
     ttnn.deallocate(expanded)
     pooled = ttnn.matmul(
@@ -141,7 +127,7 @@ def presence_logits(
 ) -> Any:
     """The presence head on every row, clamped: (B, Q, 1); row 0 is the presence token's."""
     normed = _norm(ttnn, hidden, w, "presence_norm", config.eps, settings)
-    raw = _decoder_mlp(ttnn, normed, w, "presence_head", 3, settings)
+    raw = decoder_mlp(ttnn, normed, w, "presence_head", 3, settings)
     ttnn.deallocate(normed)
     out = ttnn.clamp(raw, -config.presence_clamp, config.presence_clamp, memory_config=settings.memory)
     ttnn.deallocate(raw)
