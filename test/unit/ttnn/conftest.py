@@ -20,3 +20,13 @@ def ttnn():
     ttnn_emulator.reset()
     yield ttnn_emulator
     ttnn_emulator.reset()
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """The emulator shared by one test module (an engine built once per module), reset around it."""
+    import ttnn_emulator
+
+    ttnn_emulator.reset()
+    yield ttnn_emulator
+    ttnn_emulator.reset()

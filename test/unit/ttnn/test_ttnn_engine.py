@@ -28,15 +28,6 @@ def random_pixels(seed: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    import ttnn_emulator
-
-    ttnn_emulator.reset()
-    yield ttnn_emulator
-    ttnn_emulator.reset()
-
-
-@pytest.fixture(scope="module")
 def sharp_model(tiny_model):
     """The tiny model with its ViT and geometry-encoder weights scaled up: at transformers' 0.02
     init the residual stream hides the attention (a wrong RoPE still scored PCC 0.9999), and the

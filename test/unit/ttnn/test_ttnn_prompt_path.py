@@ -38,15 +38,6 @@ def pcc(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    import ttnn_emulator
-
-    ttnn_emulator.reset()
-    yield ttnn_emulator
-    ttnn_emulator.reset()
-
-
-@pytest.fixture(scope="module")
 def sharp_prompt_model(tiny_model):
     model = copy.deepcopy(tiny_model)
     randomise_prompt_path(model)
