@@ -263,6 +263,36 @@ def params_from_inspect(obj: object) -> Params:
     return Params(positional, keyword_only, required_kw, var_pos, var_kw, positional_only)
 
 
+#: A "name (type...):" entry of a docstring's "Keyword Args:" section.
+_DOC_KEYWORD = re.compile(r"^\s+(\w+) \(", re.M)
+
+
+def documented_keywords(doc: str | None) -> list[str]:
+    """The names a nanobind overload's docstring lists under "Keyword Args:".
+
+    Why: some bindings carry a hand-written signature string (nb::sig) that leaves out a keyword
+    the binding really takes; open_device's omits num_command_queues, which 0.81.1 accepts (a
+    call with it gets past argument binding to the cluster check, while a misspelt keyword is a
+    TypeError). The docstring is the binding's own list, so its keywords count as accepted."""
+    if not doc or "Keyword Args:" not in doc:
+        return []
+    section = doc.split("Keyword Args:", 1)[1]
+    section = re.split(r"\n\s*\n", section, maxsplit=1)[0]
+    return _DOC_KEYWORD.findall(section)
+
+
+def _nb_overloads(nb: tuple) -> list[Params]:
+    """Each nanobind overload (signature, docstring, ...) with its documented keywords added."""
+    out = []
+    for entry in nb:
+        params = parse_nb_signature(entry[0])
+        doc = entry[1] if len(entry) > 1 else None
+        named = set(params.positional) | set(params.keyword_only)
+        params.keyword_only += [k for k in documented_keywords(doc) if k not in named]
+        out.append(params)
+    return out
+
+
 def overloads(obj: object) -> list[Params]:
     """Every overload the real object accepts when called; [] when none can be read."""
     function = getattr(obj, "function", None)
@@ -272,13 +302,13 @@ def overloads(obj: object) -> list[Params]:
         else:
             nb = getattr(function, "__nb_signature__", None)
         if nb:
-            return [parse_nb_signature(s[0]) for s in nb]
+            return _nb_overloads(nb)
         return [params_from_inspect(function)]
     nb = getattr(obj, "__nb_signature__", None)
     if nb is None and isinstance(obj, type):
         nb = getattr(obj.__init__, "__nb_signature__", None)
     if nb:
-        return [parse_nb_signature(s[0]) for s in nb]
+        return _nb_overloads(nb)
     try:
         return [params_from_inspect(obj)]
     except (TypeError, ValueError):
