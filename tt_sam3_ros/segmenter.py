@@ -22,6 +22,7 @@ import numpy as np
 
 from . import postprocess, preprocess
 from .engines.base import Engine
+from .errors import InputError
 from .prompts import MAX_PROMPTS, validate_prompts
 from .results import MAX_LABELLED_INSTANCES, Instance, SegmentationResult
 
@@ -126,7 +127,7 @@ class Sam3Segmenter:
             max_instances: at most this many instances, best first (1..255 fit one mono8 mask).
 
         Raises:
-            ValueError: bad image, prompts or settings, with the limit named.
+            InputError (a ValueError): bad image, prompts or settings, with the limit named.
         """
         timing: dict[str, float] = {}
         with _timed(timing, "load"):
@@ -200,12 +201,12 @@ class Sam3Segmenter:
 
 
 def check_settings(threshold: float, max_instances: int) -> None:
-    """Raise ValueError unless threshold is in THRESHOLD_RANGE and max_instances in 1..255."""
+    """Raise InputError unless threshold is in THRESHOLD_RANGE and max_instances in 1..255."""
     low, high = THRESHOLD_RANGE
     if not low <= threshold <= high:
-        raise ValueError(f"threshold must be in [{low:g}, {high:g}], got {threshold}")
+        raise InputError(f"threshold must be in [{low:g}, {high:g}], got {threshold}")
     if not 1 <= max_instances <= MAX_LABELLED_INSTANCES:
-        raise ValueError(
+        raise InputError(
             f"max_instances must be between 1 and {MAX_LABELLED_INSTANCES} (one mono8 mask), "
             f"got {max_instances}"
         )

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from tt_sam3_ros.engines.torch_engine import TorchEngine
+from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.segmenter import Sam3Segmenter
 
 
@@ -160,9 +161,11 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize(("change", "message"), BAD_CALLS)
-def test_bad_input_raises_clear_value_error(segmenter, rgb_image, change, message) -> None:
+def test_bad_input_raises_clear_input_error(segmenter, rgb_image, change, message) -> None:
+    """InputError (a ValueError) for every bad argument: the node and the CLI tell bad input from
+    an engine fault by that type."""
     call = {"image": rgb_image, "prompts": ["car"], "threshold": 0.5, "max_instances": 10, **change}
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InputError, match=message):
         segmenter(call.pop("image"), call.pop("prompts"), **call)
 
 
