@@ -127,10 +127,7 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
     from .segmenter import check_settings
 
     prompts = validate_prompts(args.prompt)
-    try:
-        check_settings(args.threshold, args.max_instances)
-    except ValueError as error:  # the settings' own check: nothing else runs inside it
-        raise InputError(str(error)) from None
+    check_settings(args.threshold, args.max_instances)
     try:
         return prompts, load_image(args.image)
     except OSError as error:  # unreadable or missing file: its name and the reason
@@ -208,10 +205,7 @@ def _run_track(args: argparse.Namespace) -> int:
 
     # Everything a user can get wrong is checked before the (slow) model load.
     prompts = validate_prompts(args.prompt)
-    try:
-        check_settings(args.threshold, args.max_instances)
-    except ValueError as error:  # the settings' own check: nothing else runs inside it
-        raise InputError(str(error)) from None
+    check_settings(args.threshold, args.max_instances)
     check_tracking_settings(args.max_age_s, args.min_iou)
     info = probe(args.video)
     video_path = args.out / f"{args.video.stem}_tracked.mp4"
@@ -225,9 +219,8 @@ def _run_track(args: argparse.Namespace) -> int:
     if tiny:
         print(_RANDOM_WARNING, file=sys.stderr)
     extra = {"warning": "tiny-random model: random weights, meaningless output"} if tiny else {}
-    with (
-        writer,
-        Sam3Segmenter.from_pretrained(
+    try:
+        segmenter = Sam3Segmenter.from_pretrained(
             model_id=args.model,
             revision=args.revision,
             weights_dir=args.weights_dir,
@@ -235,8 +228,11 @@ def _run_track(args: argparse.Namespace) -> int:
             device=args.device,
             dtype=args.dtype,
             ttnn_options=_ttnn_options(args),
-        ) as segmenter,
-    ):
+        )
+    except BaseException:
+        writer.discard()  # no model, no frames: leave no empty results behind
+        raise
+    with writer, segmenter:
         tracker = Sam3Tracker(segmenter, max_age_s=args.max_age_s, min_iou=args.min_iou)
         count, ids = 0, set()
         progress = tqdm(frames(args.video), total=info.frame_count or None, unit="frame", desc="tracking")

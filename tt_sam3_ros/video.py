@@ -93,6 +93,7 @@ class TrackWriter:
 
     def __init__(self, video_path: Path, jsonl_path: Path, fps: float, size: tuple[int, int]) -> None:
         height, width = size
+        self._paths = (video_path, jsonl_path)
         self._writer = cv2.VideoWriter(str(video_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
         if not self._writer.isOpened():
             raise OSError(f"OpenCV cannot write an MP4 (mp4v) to {video_path}")
@@ -115,6 +116,13 @@ class TrackWriter:
         self._writer.release()
         if not self._lines.closed:
             self._lines.close()
+
+    def discard(self) -> None:
+        """Close and delete both files: for a run that failed before writing any frame, so it
+        leaves no empty results behind."""
+        self.close()
+        for path in self._paths:
+            path.unlink(missing_ok=True)
 
     def __enter__(self) -> TrackWriter:
         return self

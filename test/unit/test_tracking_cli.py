@@ -127,3 +127,16 @@ def test_the_overlay_draws_a_tracked_instance_in_its_track_colour() -> None:
     expected = np.array(instance_colour(7)) * 0.5
     assert np.allclose(drawn[40, 20], expected, atol=1)  # inside the mask, away from box and label
     assert not np.allclose(drawn[40, 20], np.array(instance_colour(1)) * 0.5, atol=1)
+
+
+def test_a_model_that_fails_to_load_leaves_no_output_files(tmp_path: Path) -> None:
+    """The writer opens its files before the (slow) model load, so a bad --out fails at once;
+    when the load itself fails (here: a weights folder with no weights), those files are
+    removed again, not left as an empty JSON-lines file and a header-only MP4."""
+    video = write_video(tmp_path / "v.avi", [scene()] * 2)
+    empty, out = tmp_path / "empty", tmp_path / "out"
+    empty.mkdir()
+    done = run("track", str(video), "--prompt", "car", "--weights-dir", str(empty), "--out", str(out))
+    assert done.returncode != 0 and "holds no SAM 3 weights" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == []
