@@ -13,9 +13,11 @@ The real library then validates every call (shapes, layouts, dtypes, SDPA chunks
 picks its program factories and sizes their circular buffers against the real allocator.
 Then the composed path the engine replays: ChipPromptPath.compile itself (every bucket's
 _forward, 1 and 4 prompts, each with a _mask_rows read after it) on the engine's PromptBuffers and
-device buffers shaped like the image trace's outputs (four FPN maps and the class tile), the
-per-core peaks of a bucket-1 forward with and without its mask read, and a class tile of the
-wrong height that the library must refuse (so the check can fail).
+device buffers shaped like the image trace's outputs (four FPN maps and the class tile); then, for
+each bucket, the same forward and mask read again with one NO_DISPATCH graph capture per stage
+(the report's "stage_peaks": between modules, fusion encoder, decoder, scoring, segmentation
+head, mask read; StageCaptures); and a class tile of the wrong height that the library must
+refuse (so the check can fail).
 
 Two halves, as tools/ttnn_mock/image_path.py has: ``write_manifest`` runs where torch is (the
 weights' names, roles and shapes from prompt_weights' own preparation of transformers' modules),
@@ -40,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
-from ttnn_mock import toolchain  # noqa: E402 - after the path set-up above
+from ttnn_mock import oplog, toolchain  # noqa: E402 - after the path set-up above
 
 #: Kept instances in the selection check: the node's default max_instances (config/sam3.yaml).
 MAX_INSTANCES = 50
@@ -48,10 +50,19 @@ MAX_INSTANCES = 50
 SIZES = ("full", "tiny")
 #: The image-token grid (72 x 72) at both sizes: the input stays 1008 x 1008.
 GRID_SIDE = 72
-#: Stages whose per-core peaks (NO_DISPATCH graph capture) the report carries.
 #: Prompt buckets the composed prompt path (ChipPromptPath) is compiled for here.
 COMPOSED_BUCKETS = (1, 4)
+#: Modules whose per-core peaks (one NO_DISPATCH graph capture each) the report carries.
 PEAK_STAGES = ("query_position", "box_bias", "decoder_stack", "pixel_decoder", "kept_mask_logits")
+#: The composed prompt path's stages, in trace order, as its per-stage peaks name them: oplog's
+#: stage of each op (read off the engine's call stack), the ops ChipPromptPath issues itself
+#: between modules (prompt tokens, the class-token placement, the vision tokens per prompt, the
+#: keyed tokens, the pooling weights), and the mask read that follows the replay.
+BETWEEN_MODULES = "between modules"
+MASK_READ = "mask read"
+PROMPT_STAGES = (BETWEEN_MODULES, "fusion_encoder", "decoder", "scoring", "segmentation_head", MASK_READ)
+#: The per-core peak fields of a graph capture (extract_resource_usage_per_core), total last.
+PEAK_FIELDS = ("peak_l1", "peak_cb", "peak_dataflow_buffer", "peak_scratchpad", "peak_total")
 
 
 def write_manifest(size: str, path: Path) -> Path:
@@ -399,8 +410,9 @@ def _chip_prompt_path(
 
 def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, report: dict[str, Any]) -> None:
     """The engine's ChipPromptPath.compile (every bucket's _forward, then a mask read by
-    _mask_rows), the shapes recorded; the per-core peaks of one bucket-1 forward and its mask read;
-    and a class tile of the wrong height, which the real library must refuse."""
+    _mask_rows), the shapes recorded; then each bucket's forward and mask read again, stage by
+    stage under NO_DISPATCH graph captures, for each stage's per-core peaks; and a class tile of
+    the wrong height, which the real library must refuse."""
     pp, shapes = m.prompt_path, {}
     forward, mask_rows = path._forward, path._mask_rows
 
@@ -425,16 +437,8 @@ def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, re
     finally:
         path._forward, path._mask_rows = forward, mask_rows
     inputs = path._inputs(image_state)
+    report["stage_peaks"] = {str(b): _stage_peaks(ttnn, pp, path, b, inputs) for b in path.buckets}
     one = (1, path.prompts.features[1], path.prompts.masks[1])
-
-    def forward_and_read() -> Any:
-        outputs = forward(*one, *inputs)
-        return mask_rows(pp.ChipMasks(outputs[4], outputs[5], 1), {0: [0]})
-
-    report["composed_peaks"] = {
-        "prompt_forward_1": _per_core_peaks(ttnn, lambda: forward(*one, *inputs)),
-        "prompt_forward_and_mask_read_1": _per_core_peaks(ttnn, forward_and_read),
-    }
     wrong = pp.ChipImageState(*inputs[:3], zeros((1, 2 * pp.TILE, inputs[3].shape[-1])))
     try:
         for tensor in forward(*one, *path._inputs(wrong)):
@@ -442,6 +446,68 @@ def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, re
         report["refused"] = None
     except Exception as error:
         report["refused"] = f"{type(error).__name__}: {error}".split("backtrace:")[0].strip()
+
+
+class StageCaptures:
+    """The ttnn module wrapped (oplog.Recorder) so that each run of consecutive ops of one stage
+    of the prompt path is one NO_DISPATCH graph capture; each stage keeps the largest of its
+    captures' per-core figures. Buffers made before a capture (the weights, the image trace's
+    outputs, an earlier stage's outputs) are not counted in it: the prompt path keeps its
+    activations in DRAM between stages (settings.memory), so a stage's L1 is its own."""
+
+    def __init__(self, ttnn: Any) -> None:
+        self.graph = ttnn._ttnn.graph
+        self.module = oplog.Recorder(ttnn, before_op=self._before_op)
+        self.stages: dict[str, dict[str, int]] = {}
+        self._phase: str | None = None
+        self._key: tuple[str, int | None] | None = None
+
+    def phase(self, name: str | None) -> None:
+        """Name every following op `name` (None: by the call stack again); ends the capture."""
+        self.end()
+        self._phase = name
+
+    def _before_op(self, name: str, stage: str, block: int | None) -> None:
+        if self._phase is not None:
+            stage = self._phase
+        elif stage == "other":  # issued by ChipPromptPath itself
+            stage = BETWEEN_MODULES
+        if (stage, block) != self._key:
+            self.end()
+            self.graph.begin_graph_capture(self.graph.RunMode.NO_DISPATCH)
+            self._key = (stage, block)
+
+    def end(self) -> None:
+        """End the open capture, if any, and fold its per-core peaks into its stage's."""
+        if self._key is None:
+            return
+        usage = self.graph.extract_resource_usage_per_core(self.graph.end_graph_capture())
+        row = self.stages.setdefault(self._key[0], {"captures": 0})
+        row["captures"] += 1
+        for field in PEAK_FIELDS:
+            row[field] = max(row.get(field, 0), int(getattr(usage, field, 0)))
+        self._key = None
+
+
+def _stage_peaks(ttnn: Any, pp: Any, path: Any, bucket: int, inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """One forward of `bucket` prompts and one mask read (a kept row of every prompt), as the
+    engine runs them (its own _forward and _mask_rows), captured stage by stage."""
+    import numpy as np
+
+    captures = StageCaptures(ttnn)
+    path.ttnn = captures.module
+    try:
+        outputs = path._forward(bucket, path.prompts.features[bucket], path.prompts.masks[bucket], *inputs)
+        captures.phase(MASK_READ)
+        rows = {prompt: np.array([0]) for prompt in range(bucket)}
+        path._mask_rows(pp.ChipMasks(outputs[4], outputs[5], bucket), rows)
+        captures.end()
+    except Exception as error:
+        captures.end()
+        return {"error": f"{type(error).__name__}: {error}".split("backtrace:")[0].strip()[:2000]}
+    finally:
+        path.ttnn = ttnn
+    return captures.stages
 
 
 def _per_core_peaks(ttnn: Any, stage: Any) -> dict[str, Any]:
@@ -455,7 +521,7 @@ def _per_core_peaks(ttnn: Any, stage: Any) -> dict[str, Any]:
         graph.end_graph_capture()
         return {"error": f"{type(error).__name__}: {error}"[:1000]}
     usage = graph.extract_resource_usage_per_core(graph.end_graph_capture())
-    return {"peak_l1": int(usage.peak_l1), "peak_cb": int(usage.peak_cb), "peak_total": int(usage.peak_total)}
+    return {field: int(getattr(usage, field, 0)) for field in PEAK_FIELDS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,9 @@ modules are not in the engine yet, so each is called once, eagerly, as the engin
 the composed path as the engine runs it: ChipPromptPath.compile (its _forward for buckets of 1
 and 4 prompts, each followed by a _mask_rows read) on device buffers shaped like the image
 trace's outputs, and a class tile of the wrong height, which the real library must refuse.
+Each bucket's forward and mask read run once more stage by stage under NO_DISPATCH graph
+captures: each stage's per-core peak is printed with its headroom and must fit the L1 bank
+(at both sizes, on the harvested 11x10 and the 13x10 grid, for 1 and 4 prompts).
 """
 
 from __future__ import annotations
@@ -132,13 +135,30 @@ def _check_composed(report: dict, size: str, grid: str) -> None:
         assert composed["shapes"][f"mask_rows_{bucket}"] == [bucket, 32, pixels]
     # the check can fail: a (1, 64, C) class tile does not fit the placement matmul
     assert "a_shape[-1] == b_shape[-2]" in (report["refused"] or ""), report["refused"]
-    peaks = report["composed_peaks"]
+    _print_stage_peaks(report["stage_peaks"], size, grid, report["grid"])
+    for bucket in prompt_layers.COMPOSED_BUCKETS:
+        stages = report["stage_peaks"][str(bucket)]
+        assert "error" not in stages, stages
+        assert tuple(stages) == prompt_layers.PROMPT_STAGES, stages
+        assert all(v["peak_total"] < L1_BANK_BYTES for v in stages.values()), stages
+
+
+def _print_stage_peaks(peaks: dict, size: str, grid: str, cores: list[int]) -> None:
+    """The composed path's per-core peaks, one row per stage and bucket, with the bank's headroom."""
     print(
-        f"  composed prompt path ({size}, {grid}): buckets {prompt_layers.COMPOSED_BUCKETS} compiled; "
-        "per-core peaks, L1 buffers / circular buffers / total (NO_DISPATCH): "
-        + ", ".join(
-            f"{k} {v.get('peak_l1')} / {v.get('peak_cb')} / {v.get('peak_total')} B" for k, v in peaks.items()
-        )
+        f"  composed prompt path ({size}, {grid} {cores[0]}x{cores[1]}): per-core peak bytes by stage "
+        f"(NO_DISPATCH), headroom of the {L1_BANK_BYTES:,} B L1 bank"
     )
-    assert all("error" not in v for v in peaks.values()), peaks
-    assert all(v["peak_total"] < L1_BANK_BYTES for v in peaks.values()), peaks
+    columns = ("L1 buf", "CB", "dataflow", "total", "of bank", "headroom")
+    print(f"    {'bucket':>6} {'stage':<18} " + " ".join(f"{c:>9}" for c in columns))
+    for bucket, stages in peaks.items():
+        if "error" in stages:
+            print(f"    {bucket:>6} error: {stages['error']}")
+            continue
+        for stage, v in stages.items():
+            total = v["peak_total"]
+            print(
+                f"    {bucket:>6} {stage:<18} {v['peak_l1']:>9,} {v['peak_cb']:>9,} "
+                f"{v['peak_dataflow_buffer']:>9,} {total:>9,} {100 * total / L1_BANK_BYTES:>8.1f}% "
+                f"{L1_BANK_BYTES - total:>9,}"
+            )
