@@ -458,6 +458,7 @@ class Sam3Node(LifecycleNode):
             device=request["device"] or None,
             dtype=request["dtype"] or None,
             max_image_side=request["max_image_side"],
+            max_prompts=request["max_prompts"],
             ttnn_options={
                 "weight_cache": request["ttnn_weight_cache"] or None,
                 "weight_dtype": request["ttnn_weight_dtype"],

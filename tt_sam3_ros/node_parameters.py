@@ -21,7 +21,7 @@ from tt_sam3_ros.depth_pairing import DepthSettings
 from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
 from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
-from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, validate_prompts
+from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, check_max_prompts, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
@@ -33,6 +33,10 @@ TRANSPORTS = ("raw", "compressed")
 MAX_CAMERAS = 16
 #: A camera name is one ROS name token: it becomes part of topic names (front/image, ~/front/masks).
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+#: Said when prompts exceed max_prompts: the limit sized the engine at configure.
+MAX_PROMPTS_HINT = (
+    " (max_prompts, read at configure: deactivate and clean up the node, set max_prompts, then configure)"
+)
 RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 
 # When each parameter may change. Dynamic ones apply from the next processed frame.
@@ -40,7 +44,6 @@ DYNAMIC = (
     "prompts",
     "threshold",
     "max_instances",
-    "max_prompts",
     "publish_overlay",
     "depth_max_skew_s",
     "depth_min_points",
@@ -62,6 +65,7 @@ READ_AT_CONFIGURE = (
     "ttnn_weight_dtype",
     "ttnn_param_dtype",
     "ttnn_prompt_path",
+    "max_prompts",
     "model_id",
     "revision",
     "weights_dir",
@@ -109,7 +113,9 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     "max_prompts": (
         MAX_PROMPTS,
         _describe(
-            "Most prompts accepted in 'prompts'; each prompt adds decoder work to every frame.",
+            "Most prompts accepted in 'prompts'; each prompt adds decoder work to every frame. The ttnn "
+            "engine's chip prompt path compiles one trace per bucket 1, 2, 4, ... up to it, so a robot "
+            "with few prompts starts faster with a small value. Read at configure.",
             integer_range=_int_range(1, MAX_PROMPTS),
         ),
     ),
@@ -424,13 +430,16 @@ def _type_words(type_: Parameter.Type) -> str:
 def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> str:
     """Why this combination of parameter values is unusable ('' when it is fine)."""
     prompts = values["prompts"]
+    try:
+        max_prompts = check_max_prompts(values["max_prompts"])
+    except InputError as error:
+        return str(error)
     if prompts is not None or prompts_required:
         try:
-            validate_prompts(
-                prompts if prompts is not None else [], max_prompts=values["max_prompts"], exact=True
-            )
+            validate_prompts(prompts if prompts is not None else [], max_prompts=max_prompts, exact=True)
         except ValueError as error:
-            return f"prompts rejected: {error}"
+            hint = MAX_PROMPTS_HINT if "too many prompts" in str(error) else ""
+            return f"prompts rejected: {error}{hint}"
     low, high = THRESHOLD_RANGE
     if not low <= values["threshold"] <= high:
         return f"threshold must be in [{low:g}, {high:g}], got {values['threshold']}"

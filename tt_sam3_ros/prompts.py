@@ -16,6 +16,17 @@ MAX_PROMPTS = 16
 MAX_PROMPT_CHARS = 256
 
 
+def check_max_prompts(max_prompts: object) -> int:
+    """``max_prompts`` as an int in 1..MAX_PROMPTS: the most prompts an engine is sized for.
+
+    Raises:
+        InputError: naming the range and the value given.
+    """
+    if type(max_prompts) is not int or not 1 <= max_prompts <= MAX_PROMPTS:  # a bool is no count
+        raise InputError(f"max_prompts must be an integer in 1..{MAX_PROMPTS}, got {quoted(max_prompts)}")
+    return max_prompts
+
+
 def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: bool = False) -> list[str]:
     """Check prompts and return them stripped of surrounding whitespace.
 

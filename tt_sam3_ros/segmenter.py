@@ -70,11 +70,13 @@ class Sam3Segmenter:
         dtype: str | None = None,
         max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
         ttnn_options: dict[str, object] | None = None,
+        max_prompts: int = MAX_PROMPTS,
     ) -> Sam3Segmenter:
         """Load weights (the ``weights`` package decides from where) and open the engine.
 
         ``ttnn_options``: the ttnn engine's weight_cache, weight_dtype, param_dtype, prompt_path
-        (engines.TTNN_OPTIONS).
+        (engines.TTNN_OPTIONS). ``max_prompts``: the most prompts a call will carry (1..16); the
+        ttnn engine's chip prompt path compiles a trace per bucket up to it, so fewer start faster.
 
         Raises:
             tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.
@@ -87,7 +89,13 @@ class Sam3Segmenter:
         if loaded.is_random:
             LOG.warning("random weights loaded (%s)", loaded.source)
         runner = create_engine(
-            engine, loaded.model, loaded.tokenizer, device=device, dtype=dtype, ttnn_options=ttnn_options
+            engine,
+            loaded.model,
+            loaded.tokenizer,
+            device=device,
+            dtype=dtype,
+            ttnn_options=ttnn_options,
+            max_prompts=max_prompts,
         )
         return cls(runner, max_image_side, model_description=loaded.source, is_random=loaded.is_random)
 
@@ -122,7 +130,8 @@ class Sam3Segmenter:
         Args:
             image: uint8 RGB (H, W, 3) array (grey and RGBA accepted), a path, PNG/JPEG bytes
                 or a PIL image; each side between 2 and ``max_image_side`` pixels.
-            prompts: 1 to 16 non-empty texts of at most 256 characters.
+            prompts: 1 to the engine's max_prompts (16 unless opened with fewer) non-empty texts
+                of at most 256 characters.
             threshold: keep instances whose score is above this, in [0, 1] (1 keeps none).
             max_instances: at most this many instances, best first (1..255 fit one mono8 mask).
 
@@ -131,7 +140,7 @@ class Sam3Segmenter:
         """
         timing: dict[str, float] = {}
         with _timed(timing, "load"):
-            prompts = validate_prompts(prompts, MAX_PROMPTS)
+            prompts = validate_prompts(prompts, getattr(self.engine, "max_prompts", MAX_PROMPTS))
             check_settings(threshold, max_instances)
             rgb = preprocess.load_image(image, self.max_image_side)
         with _timed(timing, "preprocess"):

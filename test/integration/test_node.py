@@ -215,7 +215,7 @@ def test_prompts_still_in_force_after_rejected_sets(sam3: Sam3Client) -> None:
         ("transport", "compressed", "read at activate"),
         ("threshold", 1.5, "threshold out of range Min: 0.0, Max: 1.0"),
         ("max_instances", 300, "max_instances"),
-        ("max_prompts", 1, "too many prompts"),  # two prompts are set
+        ("max_prompts", 1, "read at configure"),  # it sizes the engine's prompt batches
     ],
 )
 def test_other_parameters_are_validated_with_a_reason(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.parameter import Parameter
 
@@ -58,6 +60,9 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({}, ""),
         ({"prompts": ["car", "person"]}, ""),
         ({"prompts": ["car", "person"], "max_prompts": 1}, "too many prompts: 2 given, at most 1"),
+        ({"prompts": ["car", "person"], "max_prompts": 1}, "max_prompts, read at configure"),
+        ({"max_prompts": 0}, "max_prompts must be an integer in 1..16, got '0'"),
+        ({"max_prompts": 17}, "max_prompts must be an integer in 1..16, got '17'"),
         ({"prompts": []}, "must not be empty"),
         ({"threshold": 1.5}, "threshold must be in [0, 1]"),
         ({"engine": "gpu"}, "engine must be one of auto, torch, ttnn"),
@@ -77,6 +82,31 @@ def test_parameter_combinations_are_checked_together(changes: dict[str, object],
     values = {**_defaults(), **changes}
     found = invalid_values(values, prompts_required="prompts" in changes)
     assert (reason in found) if reason else found == ""
+
+
+@given(
+    max_prompts=st.one_of(st.integers(-3, 40), st.booleans(), st.floats(allow_nan=True), st.text(max_size=8)),
+    count=st.integers(0, 20),
+)
+def test_any_max_prompts_and_prompt_count_is_accepted_within_the_bounds_or_refused_on_one_line(
+    max_prompts: object, count: int
+) -> None:
+    """Untrusted values (a params file, ``ros2 param set``): in range and at most that many prompts
+    pass; anything else is refused with a one-line reason naming max_prompts, never an exception."""
+    values = {**_defaults(), "max_prompts": max_prompts, "prompts": [f"thing {k}" for k in range(count)]}
+    reason = invalid_values(values, prompts_required=True)
+    in_range = type(max_prompts) is int and 1 <= max_prompts <= 16
+    assert (reason == "") == (in_range and 1 <= count <= max_prompts), reason
+    assert "\n" not in reason
+    if not in_range:
+        assert reason.startswith("max_prompts must be an integer in 1..16"), reason
+    elif count > max_prompts:
+        assert f"{count} given, at most {max_prompts} allowed (max_prompts, read at configure" in reason
+
+
+def test_max_prompts_is_read_at_configure_because_it_sizes_the_engine() -> None:
+    assert "max_prompts" in READ_AT_CONFIGURE
+    assert "Read at configure" in PARAMETERS["max_prompts"][1].description
 
 
 def test_frame_slot_keeps_only_the_newest_frame() -> None:

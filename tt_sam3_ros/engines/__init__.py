@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..prompts import MAX_PROMPTS
 from .base import MASK_SIDE, MODEL_SIDE, DecodedBatch, Engine, EngineError
 
 __all__ = [
@@ -77,11 +78,14 @@ def create_engine(
     device: str | None = None,
     dtype: str | None = None,
     ttnn_options: dict[str, Any] | None = None,
+    max_prompts: int = MAX_PROMPTS,
 ) -> Engine:
     """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model.
 
     ``ttnn_options`` (names in TTNN_OPTIONS; None values mean the engine's default) go to the
     ttnn engine; the torch engine has no use for them, and says so once when any is set.
+    ``max_prompts``: the most prompts one frame will carry; the ttnn engine sizes its chip prompt
+    path's traces for it (the torch engine takes any count up to MAX_PROMPTS).
     """
     options = {key: value for key, value in (ttnn_options or {}).items() if value not in (None, "")}
     unknown = sorted(set(options) - set(TTNN_OPTIONS))
@@ -97,7 +101,7 @@ def create_engine(
         except ImportError as error:
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
         device_id = int(device) if device not in (None, "", "auto") else 0
-        return TtnnEngine(model=model, tokenizer=tokenizer, device_id=device_id, dtype=dtype, **options)
+        return TtnnEngine(model, tokenizer, device_id, dtype, max_prompts=max_prompts, **options)
     from .torch_engine import TorchEngine
 
     return TorchEngine(model, tokenizer, device=device, dtype=dtype)

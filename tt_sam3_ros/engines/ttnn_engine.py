@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from ..prompts import MAX_PROMPTS
+from ..prompts import MAX_PROMPTS, check_max_prompts
 from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from .base import DecodedBatch, EngineError
 from .ttnn_model import neck
@@ -146,8 +147,9 @@ class TtnnEngine:
         prompt_path: "host" (default: host_prompt_path(model, tokenizer, dtype)), "chip" (the
             ported stages on the chip, the rest on the host: ttnn_model/prompt_path.py), or a
             PromptPath object.
-        max_prompts: the most prompts one decode takes (the chip prompt path compiles a bucket
-            of prompt counts up to it at warm-up).
+        max_prompts: the most prompts one decode takes, 1..16 (the chip prompt path compiles one
+            trace per prompt-count bucket 1, 2, 4, ... up to it at warm-up, so a smaller value
+            starts faster and holds less of the trace region).
     """
 
     name = "ttnn"
@@ -180,6 +182,8 @@ class TtnnEngine:
                 raise EngineError(f"{label} {value!r} is not one of {', '.join(DTYPE_NAMES)}")
         if dispatch not in DISPATCH_MODES:
             raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+        #: The most prompts one decode takes (the segmenter refuses more before any work).
+        self.max_prompts = check_max_prompts(max_prompts)
         self.ttnn = ttnn = load_ttnn(ttnn_module)
         self.version = ttnn_version(ttnn)
         if not self.version.startswith(WRITTEN_AGAINST_TTNN):
@@ -344,8 +348,16 @@ class TtnnEngine:
         if not getattr(path, "reads_device_levels", False) or self.image_encoder.captured:
             return
         side = self.config.image_side
+        started = time.perf_counter()
         outputs = self.image_encoder.run_eager(self._host_input(np.zeros((side, side, 3), np.uint8)))
         path.compile(path.image_features(outputs))
+        buckets = ", ".join(str(bucket) for bucket in getattr(path, "buckets", ()))
+        LOG.info(
+            "chip prompt path compiled for prompt buckets %s (max_prompts %d) in %.1f s",
+            buckets,
+            self.max_prompts,
+            time.perf_counter() - started,
+        )
 
     def warmup_image_path(self) -> np.ndarray:
         """The chip's part of warmup: compile every program and capture the trace (on a grey image,

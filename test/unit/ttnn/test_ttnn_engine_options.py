@@ -79,3 +79,22 @@ def test_the_cli_reads_where_the_prompt_path_runs() -> None:
     assert cli._ttnn_options(parser.parse_args([]))["prompt_path"] is None  # the engine's default
     with pytest.raises(SystemExit):
         parser.parse_args(["--ttnn-prompt-path", "gpu"])
+
+
+def test_max_prompts_sizes_the_chip_prompt_path_and_more_prompts_are_refused_before_any_work(
+    ttnn_installed, tiny_model, tokenizer
+) -> None:
+    from tt_sam3_ros.engines import create_engine
+    from tt_sam3_ros.errors import InputError
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+
+    with create_engine(
+        "ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "chip"}, max_prompts=2
+    ) as engine:
+        assert engine.prompt_path.buckets == (1, 2)  # two bucket compilations at warm-up, not five
+        segmenter = Sam3Segmenter(engine)
+        with pytest.raises(InputError, match="too many prompts: 3 given, at most 2 allowed"):
+            segmenter(np.zeros((32, 32, 3), np.uint8), ["car", "person", "dog"])
+    for bad in (0, 17, True):
+        with pytest.raises(InputError, match=r"max_prompts must be an integer in 1\.\.16"):
+            create_engine("ttnn", tiny_model, tokenizer, max_prompts=bad)
