@@ -3,15 +3,22 @@
 Run with the image-path tests (see DEVICE_VALIDATION.md):
     TT_METAL_TRACE_ALLOC_TRACKING=1 pytest -m device test/device -v -s --timeout 3600
 The engine is TtnnEngine(..., prompt_path="chip"): the class token in the image trace, one
-prompt trace per bucket of prompt counts. Gates, against the torch engine on the CPU (float32)
-with the same weights and the same resized frame:
-- decoded outputs: PCC >= 0.99 of the query logits, the boxes and the kept queries' mask logits,
-  presence logits within 0.1;
+prompt trace per bucket of prompt counts. Gates:
+- per module, against transformers' modules (the engine's host prompt path, float32 on the CPU)
+  on the chip's own FPN maps, so the image path's error is not counted: PCC >= 0.99 of the class
+  token, the fusion encoder's output, the decoder's last queries, boxes, query logits, detection
+  scores, the pixel decoder's output, the mask embeddings and the best queries' mask logits; the
+  modules run in sequence (each fed the chip's previous module), presence logits within 0.1;
+- decoded outputs against the torch engine on the CPU (float32, its own image path, the same
+  weights and resized frame): PCC >= 0.99 of the query logits, the boxes and the kept queries'
+  mask logits, presence logits within 0.1;
 - the end-to-end top mask of each prompt: IoU >= 0.99 with the torch engine's;
 - the prompt trace's replay equals the same forward run eagerly (bit for bit);
-- latency, each bound its own test: per extra prompt (4 prompts against 1) at most 3 ms, and a
-  1080p frame to its mask (Sam3Segmenter, 1 prompt) under 50 ms; both are the project's goals
-  and may fail today (the cost model predicts about 10 ms per prompt, benchmarks/).
+- latency, each bound of each window its own test: the prompt trace's replay (1 prompt), the
+  cost of each extra prompt (4 prompts against 1) and a 1080p frame to its mask (Sam3Segmenter,
+  1 prompt), each between a floor (a faster figure means the timing did not wait for the chip)
+  and the project's goal (which may fail today: the cost model predicts 13 ms for one prompt's
+  replay and 12.7 ms per extra prompt, benchmarks/).
 With seeded random weights (no --sam3-model) the prompt modules are re-drawn at unit gain
 (test/support/random_weights.py), so a wrong stage cannot hide behind scores that all sit at 0.25.
 """
@@ -20,18 +27,36 @@ from __future__ import annotations
 
 import statistics
 import time
+import types
 
 import numpy as np
 import pytest
 import torch
+from test_blackhole_image_path import IMAGE_PATH_FLOOR_MS, IMAGE_PATH_GOAL_MS
 
 pytestmark = pytest.mark.device
 
 PCC_GATE = 0.99
 PRESENCE_TOLERANCE = 0.1
+#: The chip's detection scores (sigmoid(logit) * sigmoid(presence), a bfloat16 output) on random
+#: weights span little, so small logit errors weigh large against their spread (this file's
+#: module test on the tiny model through the emulator: PCC 0.983, largest error 0.0088): held to
+#: the off-chip gate for scores (test_ttnn_prompt_path.py), and to PCC_GATE on the real weights.
+SCORE_TOLERANCE = 1e-2
 TOP_MASK_IOU_GATE = 0.99
+#: The goals (issue 12): image trace <= 40 ms, each extra prompt <= 3 ms, frame to mask <= 50 ms.
 PER_PROMPT_GOAL_MS = 3.0
 FRAME_TO_MASK_GOAL_MS = 50.0
+#: The share of the frame-to-mask goal the image trace's goal leaves the prompt trace (1 prompt).
+PROMPT_TRACE_BUDGET_MS = FRAME_TO_MASK_GOAL_MS - IMAGE_PATH_GOAL_MS
+#: Floors: the matrix FLOPs the replay issues at the p150a's peak for each op's fidelity on 120
+#: cores (benchmarks/trace_cost.py on benchmarks/prompt_trace.record("full")): 441 GFLOP, 1.92 ms
+#: for 1 prompt, 1745 GFLOP, 7.60 ms for 4, so 1.89 ms per extra prompt. Faster means the timing
+#: did not wait for the chip (or the batch did not do the work); 110 cores only raise them.
+PROMPT_TRACE_FLOOR_MS = 1.9
+PER_PROMPT_FLOOR_MS = 1.8
+#: A frame to its mask runs both traces: it cannot beat their floors together.
+FRAME_TO_MASK_FLOOR_MS = IMAGE_PATH_FLOOR_MS + PROMPT_TRACE_FLOOR_MS
 PROMPTS = ["car", "person", "tree", "dog"]
 TOP_QUERIES = 4
 
@@ -168,17 +193,40 @@ def _prompt_replay_ms(chip, blackhole, prompts: list[str]) -> float:
     return statistics.median(times)
 
 
-def test_each_extra_prompt_costs_at_most_3ms(chip, blackhole):
-    one = _prompt_replay_ms(chip, blackhole, PROMPTS[:1])
-    four = _prompt_replay_ms(chip, blackhole, PROMPTS)
-    per_prompt = (four - one) / 3
+@pytest.fixture(scope="module")
+def prompt_replay_ms(chip, blackhole) -> dict[int, float]:
+    """Median prompt-trace replay (ms) for 1 and for 4 prompts, printed with the cost per extra one."""
+    replay = {
+        1: _prompt_replay_ms(chip, blackhole, PROMPTS[:1]),
+        4: _prompt_replay_ms(chip, blackhole, PROMPTS),
+    }
     print(
-        f"prompt trace replay: 1 prompt {one:.2f} ms, 4 prompts {four:.2f} ms; {per_prompt:.2f} ms per extra"
+        f"prompt trace replay: 1 prompt {replay[1]:.2f} ms, 4 prompts {replay[4]:.2f} ms; "
+        f"{(replay[4] - replay[1]) / 3:.2f} ms per extra prompt"
     )
-    assert per_prompt <= PER_PROMPT_GOAL_MS
+    return replay
 
 
-def test_frame_to_mask_under_50ms(chip):
+def test_prompt_trace_is_not_below_its_compute_floor(prompt_replay_ms):
+    assert prompt_replay_ms[1] >= PROMPT_TRACE_FLOOR_MS, prompt_replay_ms
+
+
+def test_prompt_trace_fits_what_the_goals_leave_it(prompt_replay_ms):
+    """1 prompt: at most the 10 ms the 50 ms frame goal leaves after the 40 ms image-trace goal."""
+    assert prompt_replay_ms[1] <= PROMPT_TRACE_BUDGET_MS, prompt_replay_ms
+
+
+def test_each_extra_prompt_costs_at_least_its_matrix_work(prompt_replay_ms):
+    assert (prompt_replay_ms[4] - prompt_replay_ms[1]) / 3 >= PER_PROMPT_FLOOR_MS, prompt_replay_ms
+
+
+def test_each_extra_prompt_costs_at_most_3ms(prompt_replay_ms):
+    assert (prompt_replay_ms[4] - prompt_replay_ms[1]) / 3 <= PER_PROMPT_GOAL_MS, prompt_replay_ms
+
+
+@pytest.fixture(scope="module")
+def frame_to_mask_ms(chip) -> float:
+    """Median time of a 1080p frame through Sam3Segmenter to its instances (1 prompt, 10 frames)."""
     from tt_sam3_ros.segmenter import Sam3Segmenter
 
     segmenter = Sam3Segmenter(chip)
@@ -191,4 +239,156 @@ def test_frame_to_mask_under_50ms(chip):
         times.append((time.perf_counter() - start) * 1000)
     median = statistics.median(times)
     print(f"1080p frame to mask (1 prompt, 10 instances): median {median:.1f} ms over 10 frames")
-    assert median < FRAME_TO_MASK_GOAL_MS
+    return median
+
+
+def test_frame_to_mask_is_not_below_the_two_traces_floors(frame_to_mask_ms):
+    assert frame_to_mask_ms >= FRAME_TO_MASK_FLOOR_MS, frame_to_mask_ms
+
+
+def test_frame_to_mask_under_50ms(frame_to_mask_ms):
+    assert frame_to_mask_ms < FRAME_TO_MASK_GOAL_MS, frame_to_mask_ms
+
+
+# per module, against transformers on the chip's own image features -------------------------------
+#: What test_each_prompt_module_matches_transformers compares (module_figures' keys).
+MODULES = (
+    "class token",
+    "fusion encoder",
+    "decoder queries",
+    "boxes",
+    "query logits",
+    "pixel decoder",
+    "mask embeddings",
+    "mask logits",
+)
+
+
+def chip_module_outputs(chip, blackhole, outputs: list, prompt_states: list, best: np.ndarray) -> dict:
+    """One eager forward of the chip prompt path (its own _forward, with the fusion encoder's
+    and the decoder stack's outputs read on the way), then the mask logits of `best`."""
+    from tt_sam3_ros.engines.ttnn_model import prompt_path as chip_path_module
+
+    path, read = chip.prompt_path, (lambda t: blackhole.to_torch(t).float())
+    state = path.image_features(outputs)
+    count, rows = len(prompt_states), slice(1, 1 + path.decoder.queries)
+    path.prompts.set_prompts(*path._prompt_rows(prompt_states))
+    bucket, taps = path.prompts.bucket, {}
+    fusion, stack = chip_path_module.fusion_encoder, chip_path_module.decoder_stack
+
+    def tapped_fusion(*args, **kwargs):
+        taps["fusion encoder"] = read(out := fusion(*args, **kwargs))[:count]
+        return out
+
+    def tapped_stack(*args, **kwargs):
+        taps["decoder queries"] = read((out := stack(*args, **kwargs)).queries[-1])[:count, rows]
+        return out
+
+    chip_path_module.fusion_encoder, chip_path_module.decoder_stack = tapped_fusion, tapped_stack
+    try:
+        logits, presence, boxes, scores, embeddings, per_pixel = path._forward(
+            bucket, path.prompts.features[bucket], path.prompts.masks[bucket], *path._inputs(state)
+        )
+    finally:
+        chip_path_module.fusion_encoder, chip_path_module.decoder_stack = fusion, stack
+    prompt_index = np.repeat(np.arange(count), best.shape[1])
+    masks = path.fetch_masks(
+        types.SimpleNamespace(mask_source=chip_path_module.ChipMasks(embeddings, per_pixel, count)),
+        prompt_index,
+        best.ravel(),
+    )
+    figures = {
+        "class token": read(outputs[-1])[0, 0],
+        **taps,
+        "boxes": chip_path_module.cxcywh_to_xyxy(read(boxes)[:count, rows, :4].numpy()),
+        "query logits": read(logits)[:count, rows, 0],
+        "presence": read(presence)[:count, 0, 0],
+        "detection scores": read(scores)[:count, rows, 0],
+        "pixel decoder": read(per_pixel)[:count],
+        "mask embeddings": read(embeddings)[:count, rows],
+        "mask logits": masks,
+    }
+    for tensor in (logits, presence, boxes, scores, embeddings, per_pixel):
+        blackhole.deallocate(tensor)
+    return figures
+
+
+def host_module_outputs(host, vision, prompt_states: list) -> tuple[dict, np.ndarray]:
+    """The same modules through the engine's host prompt path (transformers' modules, float32)
+    on the same image features, read by hooks; and each prompt's best queries by its scores."""
+    model, taps = host._require_model(), {}
+    fusion = host._fusion_encoder
+
+    def tapped_fusion(*args, **kwargs):
+        taps["fusion encoder"] = (out := fusion(*args, **kwargs)).detach().clone()
+        return out
+
+    def keep(name, pick):
+        return lambda module, inputs, out: taps.__setitem__(name, pick(out).detach().clone())
+
+    hooks = [
+        model.detr_decoder.register_forward_hook(
+            keep("decoder queries", lambda o: o.intermediate_hidden_states[-1])
+        ),
+        model.mask_decoder.pixel_decoder.register_forward_hook(
+            keep("pixel decoder", lambda o: o.flatten(2).transpose(1, 2))
+        ),
+    ]
+    host._fusion_encoder = tapped_fusion
+    try:
+        state = host.image_features(vision)
+        batch = host.decode(state, prompt_states)
+    finally:
+        del host._fusion_encoder
+        for hook in hooks:
+            hook.remove()
+    scores = 1 / (1 + np.exp(-batch.logits)) / (1 + np.exp(-batch.presence[:, None]))
+    best = np.argsort(-scores, axis=1)[:, :TOP_QUERIES]
+    prompt_index = np.repeat(np.arange(len(prompt_states)), TOP_QUERIES)
+    figures = {
+        "class token": state.class_token[0, 0],
+        **taps,
+        "boxes": batch.boxes,
+        "query logits": batch.logits,
+        "presence": batch.presence,
+        "detection scores": scores,
+        "mask embeddings": batch.mask_source.query_embeddings,
+        "mask logits": host.fetch_masks(batch, prompt_index, best.ravel()),
+    }
+    return figures, best
+
+
+@pytest.fixture(scope="module")
+def module_figures(chip, blackhole) -> dict:
+    """PCC of each module (MODULES) and of the detection scores, and the largest error of the
+    presence logits and of the detection scores, chip against host."""
+    path = chip.prompt_path
+    outputs = chip._run_image_path(pixels(7))
+    prompt_states = chip.encode_prompts(PROMPTS)
+    want, best = host_module_outputs(path.host, chip._vision_output(outputs), prompt_states)
+    got = chip_module_outputs(chip, blackhole, outputs, prompt_states, best)
+    figures = {name: pcc(np.asarray(got[name]), np.asarray(want[name])) for name in MODULES}
+    figures["detection scores"] = pcc(np.asarray(got["detection scores"]), want["detection scores"])
+    for name in ("presence", "detection scores"):
+        error = np.abs(np.asarray(got[name]) - np.asarray(want[name])).max()
+        figures[f"{name} error"] = float(error)
+    print(
+        "chip prompt path per module against transformers: "
+        + ", ".join(f"{k} {v:.5f}" for k, v in figures.items())
+    )
+    return figures
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_each_prompt_module_matches_transformers(module_figures, module):
+    assert module_figures[module] >= PCC_GATE, module_figures
+
+
+def test_presence_logits_match_transformers(module_figures):
+    assert module_figures["presence error"] <= PRESENCE_TOLERANCE, module_figures
+
+
+def test_detection_scores_match_transformers(module_figures, real_weights):
+    assert module_figures["detection scores error"] <= SCORE_TOLERANCE, module_figures
+    if real_weights:
+        assert module_figures["detection scores"] >= PCC_GATE, module_figures
