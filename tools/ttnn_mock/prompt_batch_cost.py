@@ -55,7 +55,7 @@ def price_batch(manifest: dict[str, Any], batch: int) -> dict[str, float]:
     report: dict[str, Any] = {"modules": {}}
     sys.modules["ttnn"] = recorder  # prompt_layers.run imports ttnn: it gets the recorder
     try:
-        prompt_layers.run(manifest, report, batch)
+        prompt_layers.run(manifest, report, batch, modules_only=True)
     finally:
         sys.modules["ttnn"] = ttnn
     failed = {name: v["error"] for name, v in report["modules"].items() if not v["ok"]}

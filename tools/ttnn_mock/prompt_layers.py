@@ -162,9 +162,11 @@ def _import_modules() -> types.SimpleNamespace:
     )
 
 
-def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> None:
+def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1, modules_only: bool = False) -> None:
     """Every module once, eagerly, on one mock device, for `batch` prompts (the image's position
-    encoding and the queries' self-attention mask shared, as broadcasts); one entry per module."""
+    encoding and the queries' self-attention mask shared, as broadcasts); one entry per module.
+    Then, unless `modules_only` (prompt_batch_cost.py prices each module's ops once), the per-core
+    peaks and the composed path."""
     import numpy as np
     import ttnn
 
@@ -347,6 +349,8 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int = 1) -> Non
                 ttnn.deallocate(out)
             except Exception as error:
                 report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+        if modules_only:
+            return
         report["peaks"] = {name: _per_core_peaks(ttnn, steps[name]) for name in PEAK_STAGES}
         composed = types.SimpleNamespace(
             layer=layer, stack=stack_config, scoring=scoring_config, pixel=pixel, head=head_w
