@@ -40,8 +40,9 @@ PCC_GATE = 0.99
 PRESENCE_TOLERANCE = 0.1
 #: The chip's detection scores (sigmoid(logit) * sigmoid(presence), a bfloat16 output) on random
 #: weights span little, so small logit errors weigh large against their spread (this file's
-#: module test on the tiny model through the emulator: PCC 0.983, largest error 0.0088): held to
-#: the off-chip gate for scores (test_ttnn_prompt_path.py), and to PCC_GATE on the real weights.
+#: module test, run once off-chip on the emulator with the tiny model: PCC 0.983, largest
+#: error 0.0088): held to the off-chip gate for scores (test_ttnn_prompt_path.py), and to
+#: PCC_GATE on the real weights.
 SCORE_TOLERANCE = 1e-2
 TOP_MASK_IOU_GATE = 0.99
 #: The goals (issue 12): image trace <= 40 ms, each extra prompt <= 3 ms, frame to mask <= 50 ms.
