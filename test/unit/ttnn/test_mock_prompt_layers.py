@@ -60,7 +60,9 @@ def _ttnn_python() -> Path:
     [(size, grid, 1) for size in prompt_layers.SIZES for grid in sorted(GRIDS)] + [("full", "harvested", 4)],
 )
 def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
-    """Every module, one prompt on both grids at both sizes; 4 prompts in one batch at full size."""
+    """Every module, one prompt on both grids at both sizes; 4 prompts in one batch at full size.
+    The composed path compiles buckets 1 and 4 whatever the batch, so only the 1-prompt runs
+    run it (the 4-prompt run would repeat the full-size harvested one)."""
     harvest, expected_grid = GRIDS[grid]
     manifest = prompt_layers.write_manifest(size, tmp_path / "manifest.json")
     out = tmp_path / "report.json"
@@ -75,6 +77,7 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
             str(batch),
             "--json",
             str(out),
+            *(["--no-composed"] if batch != 1 else []),
         ],
         cwd=REPO,
         capture_output=True,
@@ -118,7 +121,10 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     )
     assert all("error" not in v for v in peaks.values()), peaks
     assert all(v["peak_total"] < L1_BANK_BYTES for v in peaks.values()), peaks
-    _check_composed(report, size, grid)
+    if batch == 1:
+        _check_composed(report, size, grid)
+    else:
+        assert "composed" not in report
 
 
 def _check_composed(report: dict, size: str, grid: str) -> None:
