@@ -1,4 +1,5 @@
-"""Fidelity section: the ViT attention's compute settings, chosen by measurement on the emulator's numerics.
+"""Fidelity section: the ViT's and the prompt path's compute settings, chosen by measurement on the
+emulator's numerics.
 
 SAM 3's full-size ViT cut to two blocks (a windowed one, then a global one: 1024 wide, 16 heads,
 72x72 tokens, 24x24 windows), random weights sharpened as in the full-size image-path test (else
@@ -8,6 +9,12 @@ approximate exp and gelu) block by block, each block fed transformers' own float
 candidate setting. Printed per candidate and block: PCC against transformers in float32 of the
 block's output and of its update (output - input, which the residual stream cannot hide), and the
 block's modelled time (benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
+
+The prompt path's table: SAM 3's full-size fusion-encoder layer (width 256, 8 heads of 32, MLP
+2048, 72x72 image tokens attending to themselves and to 33 prompt tokens in 64 rows), random
+weights at unit gain (test/support/random_weights.py, as the prompt layers' PCC test draws them),
+run on the emulator once per candidate setting of the prompt path's fused attention; PCC of the
+layer's output and of its update against transformers in float32, and the layer's modelled time.
 
 Chunk sizes do not enter the numerics: the emulator computes the attention in one pass whatever the
 chunks (the kernel's online softmax per k chunk is not modelled), so chunks are chosen by the real
@@ -164,6 +171,149 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
     return rows, base
 
 
+#: (label, prompt attention fidelity, approximate exp); the first row is the setting before.
+PROMPT_CANDIDATES = (
+    ("attention HiFi4, exact exp (before)", "HiFi4", False),
+    ("attention HiFi2, exact exp", "HiFi2", False),
+    ("attention HiFi2, approximate exp", "HiFi2", True),
+    ("attention LoFi, exact exp", "LoFi", False),
+    ("attention LoFi, approximate exp", "LoFi", True),
+)
+#: Prompt tokens the model sees: 32 text tokens and the geometry encoder's class token.
+PROMPT_TOKENS = 33
+
+
+def fusion_layer_case(quick: bool) -> tuple[Any, dict[str, Any], Any]:
+    """A randomised Sam3DetrEncoderLayer (full size, or the tiny model's widths with `quick`), its
+    inputs (one prompt of 20 real text tokens and the class token) and transformers' float32 output."""
+    import torch
+    from random_weights import randomise
+    from transformers.models.sam3.configuration_sam3 import Sam3DETREncoderConfig
+    from transformers.models.sam3.modeling_sam3 import Sam3DetrEncoderLayer
+
+    hidden, heads, intermediate, side = (32, 2, 64, 8) if quick else (256, 8, 2048, 72)
+    config = Sam3DETREncoderConfig(
+        hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate
+    )
+    config._attn_implementation = "eager"
+    layer = Sam3DetrEncoderLayer(config).eval()
+    randomise(layer, 0)
+    generator = torch.Generator().manual_seed(1)
+    valid = torch.zeros(1, PROMPT_TOKENS, dtype=torch.bool)
+    valid[:, :20] = True
+    valid[:, -1] = True
+    inputs = {
+        "vision": torch.randn(1, side * side, hidden, generator=generator),
+        "position": torch.randn(1, side * side, hidden, generator=generator),
+        "prompt": torch.randn(1, PROMPT_TOKENS, hidden, generator=generator),
+        "valid": valid,
+    }
+    mask = torch.where(valid, 0.0, float("-inf")).reshape(1, 1, 1, PROMPT_TOKENS)
+    with torch.no_grad():
+        want = layer(inputs["vision"], inputs["prompt"], inputs["position"], prompt_cross_attn_mask=mask)
+    return layer, inputs, want
+
+
+def _device_tensor(ttnn: Any, device: Any, values: Any) -> Any:
+    return ttnn.from_torch(
+        values,
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=device,
+        memory_config=ttnn.DRAM_MEMORY_CONFIG,
+    )
+
+
+def measure_prompt(quick: bool) -> tuple[list[dict[str, Any]], Any]:
+    """One row per prompt-attention candidate: the fusion-encoder layer's PCCs and modelled ms."""
+    sys.path[:0] = [str(REPO / "test" / "support"), str(REPO / "tools")]
+    import torch
+    import ttnn_emulator as ttnn
+    from ttnn_mock import oplog
+
+    from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
+    from tt_sam3_ros.engines.ttnn_model.config import compute_kernel, device_settings
+    from tt_sam3_ros.engines.ttnn_model.fusion_encoder import fusion_encoder_layer
+    from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig, padded_length
+    from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
+    from tt_sam3_ros.engines.ttnn_model.weights import upload
+
+    layer, inputs, want = fusion_layer_case(quick)
+    tokens, padded = inputs["vision"].shape[1], padded_length(PROMPT_TOKENS)
+    prompt = torch.nn.functional.pad(inputs["prompt"], (0, 0, 0, padded - PROMPT_TOKENS))
+    ttnn.reset()
+    device = ttnn.open_device(device_id=0)
+    host = prepare_fusion_encoder_layer(layer, inputs["position"])
+    weights = upload(ttnn, device, host, ttnn.bfloat8_b, ttnn.bfloat16)
+    base = device_settings(ttnn, device)
+    recorder = oplog.Recorder(ttnn)
+    rows = []
+    try:
+        held = {
+            "prompt": _device_tensor(ttnn, device, prompt),
+            "mask": _device_tensor(ttnn, device, key_padding_mask(tokens, inputs["valid"], padded)),
+        }
+        for label, fidelity, approx in PROMPT_CANDIDATES:
+            settings = dataclasses.replace(
+                base,
+                prompt_attention_kernel=compute_kernel(ttnn, fidelity, packer_l1_acc=False),
+                prompt_exp_approx=approx,
+            )
+            start = len(recorder.log)
+            started = time.perf_counter()
+            out = fusion_encoder_layer(
+                recorder, _device_tensor(ttnn, device, inputs["vision"]), held["prompt"], held["mask"],
+                weights, PromptLayerConfig.from_layer(layer), settings,
+            )  # fmt: skip
+            ours = ttnn.to_torch(out).float()
+            ttnn.deallocate(out)
+            ops = [record.to_json() for record in recorder.log[start:]]
+            rows.append(
+                {
+                    "candidate": label,
+                    "pcc": _pcc(ours, want),
+                    "update_pcc": _pcc(ours - inputs["vision"], want - inputs["vision"]),
+                    "rms": float((ours - want).pow(2).mean().sqrt()),
+                    "ms": sum(cost.seconds for cost in trace_cost.price_all(ops)) * 1e3,
+                }
+            )
+            report.progress(
+                f"{label}: PCC {rows[-1]['pcc']:.5f} ({time.perf_counter() - started:.0f} s on the emulator)"
+            )
+    finally:
+        ttnn.reset()
+    return rows, base
+
+
+def print_prompt_table(quick: bool) -> None:
+    report.title(
+        "prompt path attention settings on the emulator's numerics: "
+        + ("tiny dimensions (smoke run)" if quick else "SAM 3's full-size fusion-encoder layer")
+    )
+    rows, base = measure_prompt(quick)
+    q_chunk, k_chunk = base.prompt_attention_chunks
+    print(
+        "settings: one fusion-encoder layer, random unit-gain weights (seed 0), bfloat8_b weights, "
+        "bfloat16 activations, one prompt; PCC and rms error vs transformers float32 (output, and "
+        "update = output - input); modelled ms of the layer at 120 cores, chunks up to "
+        f"q {q_chunk} / k {k_chunk}"
+    )
+    engine = (_fidelity(base.prompt_attention_kernel), base.prompt_exp_approx)
+    table = []
+    for (label, *choice), row in zip(PROMPT_CANDIDATES, rows, strict=True):
+        mark = " <- engine" if (choice[0].upper(), choice[1]) == (engine[0].upper(), engine[1]) else ""
+        table.append(
+            [
+                label + mark,
+                f"{row['pcc']:.5f}",
+                f"{row['update_pcc']:.5f}",
+                f"{row['rms']:.5f}",
+                f"{row['ms']:.3f}",
+            ]
+        )
+    report.table(["candidate", "PCC out", "PCC update", "rms error", "model ms"], table)
+
+
 def _fidelity(config: Any) -> str:
     return config.math_fidelity.name
 
@@ -197,3 +347,4 @@ def main(quick: bool) -> None:
     for block in ("windowed", "global"):
         headers += [f"{block}: PCC out", "PCC update", "model ms"]
     report.table(headers, table)
+    print_prompt_table(quick)

@@ -132,13 +132,17 @@ def _modules(config: Any) -> dict[str, Any]:
 
 
 def _host_weights(modules: dict[str, Any], shapes: PromptShapes) -> dict[str, dict[str, Any]]:
+    import torch
+
     from tt_sam3_ros.engines.ttnn_model import prompt_weights
     from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig
 
     decoder = modules["decoder"]
     stack = DecoderStackConfig.from_decoder(decoder, shapes.side, shapes.side)
     return {
-        "encoder": prompt_weights.prepare_fusion_encoder(modules["encoder"]),
+        "encoder": prompt_weights.prepare_fusion_encoder(
+            modules["encoder"], torch.zeros(1, shapes.image_tokens, shapes.hidden)
+        ),
         "decoder": prompt_weights.prepare_decoder(decoder, stack),
         "scoring": prompt_weights.prepare_scoring(modules["scoring"], decoder),
         "head": prompt_weights.prepare_segmentation_head(modules["head"]),
@@ -231,7 +235,6 @@ def run_sequence(
         ttnn,
         vision,
         prompt,
-        position,
         image_mask,
         weights["encoder"],
         encoder_config,

@@ -85,10 +85,11 @@ def write_manifest(size: str, path: Path) -> Path:
     geometry = sam3.Sam3GeometryEncoder(config.geometry_encoder_config)
     fusion = sam3.Sam3DetrEncoder(config.detr_encoder_config)
     hidden = config.geometry_encoder_config.hidden_size
+    position = torch.zeros(1, GRID_SIDE * GRID_SIDE, config.detr_encoder_config.hidden_size)
     groups = {
         "geometry": prompt_weights.prepare_geometry_encoder(geometry, torch.zeros(1, hidden, 72, 72)),
-        "encoder": prompt_weights.prepare_fusion_encoder_layer(encoder_layer),
-        "fusion": prompt_weights.prepare_fusion_encoder(fusion),
+        "encoder": prompt_weights.prepare_fusion_encoder_layer(encoder_layer, position),
+        "fusion": prompt_weights.prepare_fusion_encoder(fusion, position),
         "decoder": prompt_weights.prepare_decoder_layer(decoder.layers[0]),
         "scoring": prompt_weights.prepare_scoring(scoring, decoder),
         "head": prompt_weights.prepare_segmentation_head(head),
@@ -302,7 +303,6 @@ def run(
                 ttnn,
                 zeros((b, s, c)),
                 zeros((b, t, c)),
-                zeros((1, s, c)),  # the position encoding: one for every prompt
                 zeros((b, 1, s, t)),
                 encoder_w,
                 layer,

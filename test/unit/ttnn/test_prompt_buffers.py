@@ -1,8 +1,8 @@
 """prompt_buffers.PromptBuffers on the emulator, next to an image trace on the same two-queue device.
 
 The prompt path is a stand-in made of the real fusion-encoder layer (fusion_encoder.py, with a
-randomised transformers layer's weights): it reads the image trace's output buffer, the image
-position encoding, and the prompt features and cross-attention mask from PromptBuffers. Every
+randomised transformers layer's weights, a random position encoding folded into them): it reads
+the image trace's output buffer, and the prompt features and cross-attention mask from PromptBuffers. Every
 expected value is the same layer run eagerly on fresh tensors before any capture, on exactly the
 prompts (no padding), so a wrong bucket, a stale buffer or a clobbered one shows.
 """
@@ -62,11 +62,11 @@ class Scene:
         torch.manual_seed(3)
         layer = Sam3DetrEncoderLayer(config).eval()
         self.layer_config = PromptLayerConfig.from_layer(layer)
-        host = prepare_fusion_encoder_layer(layer)
-        self.layer_weights = upload(ttnn, self.device, host, ttnn.bfloat8_b, ttnn.bfloat16)
         generator = torch.Generator().manual_seed(4)
         self.image_weight = self.tensor(torch.randn(HIDDEN, HIDDEN, generator=generator) / HIDDEN**0.5)
-        self.position = self.tensor(torch.randn(1, IMAGE_TOKENS, HIDDEN, generator=generator))
+        position = torch.randn(1, IMAGE_TOKENS, HIDDEN, generator=generator)
+        host = prepare_fusion_encoder_layer(layer, position)
+        self.layer_weights = upload(ttnn, self.device, host, ttnn.bfloat8_b, ttnn.bfloat16)
         self.zeros = {b: self.tensor(torch.zeros(b, IMAGE_TOKENS, HIDDEN)) for b in (1, 2, 3, 4)}
         self.frames = [torch.randn(1, IMAGE_TOKENS, HIDDEN, generator=generator) for _ in range(2)]
 
@@ -95,7 +95,6 @@ class Scene:
             self.ttnn,
             vision,
             features,
-            self.position,
             masks["image"],
             self.layer_weights,
             self.layer_config,

@@ -111,7 +111,6 @@ def run_encoder_layer(chip: Chip, host: dict, layer, inputs: dict) -> torch.Tens
         chip.ttnn,
         chip.tensor(inputs["vision"]),
         chip.tensor(torch.nn.functional.pad(prompt, (0, 0, 0, padded - prompt.shape[1]))),
-        chip.tensor(inputs["position"]),
         chip.tensor(key_padding_mask(tokens, inputs["valid"], padded)),
         chip.weights(host),
         PromptLayerConfig.from_layer(layer),
@@ -130,7 +129,8 @@ def test_fusion_encoder_layer_tiny_matches_transformers(ttnn, batch):
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
 
     layer, inputs, want = encoder_case(hidden=32, heads=2, intermediate=64, side=8, batch=batch)
-    got = run_encoder_layer(Chip(ttnn), prepare_fusion_encoder_layer(layer), layer, inputs)
+    host = prepare_fusion_encoder_layer(layer, inputs["position"])
+    got = run_encoder_layer(Chip(ttnn), host, layer, inputs)
     assert got.shape == want.shape
     residual_only = pcc(inputs["vision"], want)
     print(
@@ -143,7 +143,8 @@ def test_fusion_encoder_layer_full_size_matches_transformers(ttnn, full_encoder_
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
 
     layer, inputs, want = full_encoder_case
-    got = run_encoder_layer(Chip(ttnn), prepare_fusion_encoder_layer(layer), layer, inputs)
+    host = prepare_fusion_encoder_layer(layer, inputs["position"])
+    got = run_encoder_layer(Chip(ttnn), host, layer, inputs)
     assert got.shape == want.shape == (1, 72 * 72, 256)
     residual_only = pcc(inputs["vision"], want)
     print(f"full-size fusion encoder layer: PCC {pcc(got, want):.5f} (residual alone {residual_only:.3f})")
@@ -155,7 +156,7 @@ def test_fusion_encoder_negative_control_fails_the_gate(ttnn, full_encoder_case)
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
 
     layer, inputs, want = full_encoder_case
-    host = swap_key_value(prepare_fusion_encoder_layer(layer), "cross_attn.")
+    host = swap_key_value(prepare_fusion_encoder_layer(layer, inputs["position"]), "cross_attn.")
     got = run_encoder_layer(Chip(ttnn), host, layer, inputs)
     print(f"full-size fusion encoder layer, cross-attention K/V swapped: PCC {pcc(got, want):.5f}")
     assert pcc(got, want) < PCC_GATE
@@ -646,7 +647,7 @@ def test_fusion_encoder_stack_matches_transformers(ttnn):
         want = encoder([feature_map], prompt, [position_map], text_mask=valid).last_hidden_state
     chip = Chip(ttnn)
     padded = padded_length(PROMPT_TOKENS)
-    host = prepare_fusion_encoder(encoder)
+    host = prepare_fusion_encoder(encoder, position_map.flatten(2).transpose(1, 2))
     reversed_host = {
         name.replace(f"layers.{i}.", f"layers.{2 - i}."): value
         for i in range(3)
@@ -659,7 +660,6 @@ def test_fusion_encoder_stack_matches_transformers(ttnn):
             ttnn,
             chip.tensor(feature_map.flatten(2).transpose(1, 2)),
             chip.tensor(torch.nn.functional.pad(prompt, (0, 0, 0, padded - PROMPT_TOKENS))),
-            chip.tensor(position_map.flatten(2).transpose(1, 2)),
             chip.tensor(key_padding_mask(72 * 72, valid, padded)),
             chip.weights(weights),
             PromptLayerConfig.from_layer(encoder.layers[0]),

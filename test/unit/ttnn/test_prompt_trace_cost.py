@@ -23,10 +23,11 @@ from tt_sam3_ros.engines.ttnn_model.prompt_path import MASK_ROWS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 
-#: Ops per fusion-encoder layer: 3 LayerNorms, the position add, 2 attentions of 12 ops each
-#: (3 projections with their head split, SDPA, head concat, output linear), 2 MLP linears, 3
-#: residual adds.
-OPS_PER_FUSION_LAYER = 33
+#: Ops per fusion-encoder layer: 3 LayerNorms; the self-attention in 6 (one [q | k | v]
+#: projection, its position-bias add, the fused head split, SDPA, head concat, output linear);
+#: the cross-attention in 12 (3 projections with their head split, SDPA, head concat, output
+#: linear); 2 MLP linears; 3 residual adds.
+OPS_PER_FUSION_LAYER = 26
 #: Ops per decoder layer: 3 attentions (query-position add, 12 attention ops, fused add + norm),
 #: 2 MLP linears and the fused add + norm.
 OPS_PER_DECODER_LAYER = 45

@@ -4,9 +4,10 @@ Sam3Attention projects query, key and value from three possibly different inputs
 encoder's self-attention takes q = k = x + pos but v = x; cross-attention takes k = v from
 another sequence of another length). ttnn's fused head split
 (``transformer.split_query_key_value_and_split_heads``) needs one [q | k | v] input, and with
-``kv_input`` equal sequence lengths, so heads are split here by a reshape and a permute instead:
-correct for every case, at the price of a copy per projection (sharded head-split ops are a
-later, chip-measured optimisation).
+``kv_input`` equal sequence lengths, so multi_head_attention splits heads by a reshape and a
+permute instead: correct for every case, at the price of a copy per projection. The fusion
+encoder's self-attention, where q and k differ from v only by the position encoding, takes the
+fused split on one [q | k | v] projection (positioned_self_attention).
 
 Shapes: activations (B, S, C) bfloat16 TILE; heads (B, H, S, Dp) with Dp the head dim rounded up
 to a tile (the weights zero-pad each head, so padding changes no value: the kernel itself never
@@ -105,12 +106,48 @@ def multi_head_attention(
     query = split_heads(ttnn, linear(ttnn, query_in, w, "q", settings), shape, settings)
     key = split_heads(ttnn, linear(ttnn, key_in, w, "k", settings), shape, settings)
     value = split_heads(ttnn, linear(ttnn, value_in, w, "v", settings), shape, settings)
-    q_seq, k_seq = query_in.shape[1], key_in.shape[1]
+    return attend(ttnn, query, key, value, w, shape, settings, mask)
+
+
+def positioned_self_attention(
+    ttnn: Any, x: Any, w: dict[str, Any], shape: AttentionShape, settings: DeviceSettings
+) -> Any:
+    """Sam3Attention over one sequence with q = k = x + position and v = x, for (B, S, C) `x`.
+
+    One projection makes [q | k | v] (``qkv.weight`` (C, 3*H*Dp)), one add puts in the position's
+    share and the biases (``qkv.position_bias`` (1, S, 3*H*Dp), broadcast over the batch: see
+    prompt_weights.prepare_positioned_self_attention), and the fused head split takes all three
+    at once: no copy per projection, as multi_head_attention's reshape and permute make. Leaves
+    `x` allocated; returns (B, S, C).
+    """
+    projected = linear(ttnn, x, w, "qkv", settings)
+    positioned = ttnn.add(projected, w["qkv.position_bias"], memory_config=settings.memory)
+    ttnn.deallocate(projected)
+    query, key, value = ttnn.transformer.split_query_key_value_and_split_heads(
+        positioned, num_heads=shape.heads, transpose_key=False, memory_config=settings.memory
+    )
+    ttnn.deallocate(positioned)
+    return attend(ttnn, query, key, value, w, shape, settings)
+
+
+def attend(
+    ttnn: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    w: dict[str, Any],
+    shape: AttentionShape,
+    settings: DeviceSettings,
+    mask: Any = None,
+) -> Any:
+    """The fused attention over (B, H, S, Dp) heads, the heads merged and the output projection
+    ``o``; consumes query, key and value, returns (B, Sq, C)."""
+    q_chunk, k_chunk = settings.prompt_attention_chunks
     program = ttnn.SDPAProgramConfig(
         compute_with_storage_grid_size=ttnn.CoreCoord(*settings.grid),
-        q_chunk_size=attention_chunk(q_seq, settings.attention_chunk),
-        k_chunk_size=attention_chunk(k_seq, settings.attention_chunk),
-        exp_approx_mode=False,
+        q_chunk_size=attention_chunk(query.shape[2], q_chunk),
+        k_chunk_size=attention_chunk(key.shape[2], k_chunk),
+        exp_approx_mode=settings.prompt_exp_approx,
     )
     context = ttnn.transformer.scaled_dot_product_attention(
         query,
@@ -120,7 +157,7 @@ def multi_head_attention(
         is_causal=False,
         scale=shape.head_dim**-0.5,
         program_config=program,
-        compute_kernel_config=settings.exact_kernel,
+        compute_kernel_config=settings.prompt_attention_kernel,
         memory_config=settings.memory,
     )
     for tensor in (query, key, value):

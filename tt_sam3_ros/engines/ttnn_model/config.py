@@ -138,7 +138,24 @@ class DeviceSettings:
             allocator on a mock p150a is what says they fit, tools/ttnn_mock).
         matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.
         exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE, norms).
-        attention_chunk: q/k chunk of the prompt path's fused attention (attention.py).
+        prompt_attention_kernel: HiFi2 for the prompt path's fused attention: on a full-size
+            fusion-encoder layer on the emulator's fidelity model it moves the PCC against
+            transformers from 0.99995 (HiFi4) to 0.99994, the rms error from 0.0136 to 0.0147,
+            and the layer's modelled time from 0.661 to 0.578 ms, its self-attention being
+            compute-bound with the chunks below (benchmarks/fidelity_bench.py; LoFi: PCC 0.99978,
+            rms 0.0288, 0.567 ms: twice the error for 2% of the time).
+        prompt_exp_approx: exact exp in that attention: the approximate one raises the rms error
+            of the same layer from 0.0147 to 0.0197 (PCC 0.99990), for SFPU time the cost model
+            does not price.
+        prompt_attention_chunks: the largest (q, k) chunks the prompt path's fused attention may
+            use (attention.py takes, per sequence, the largest tile multiple at most this that
+            divides it). The kernel reads all of K and V once per q chunk, so the q chunk sets
+            the DRAM traffic of the fusion encoder's 5184-token self-attention: 864 (6 passes;
+            64 made 81 and the attention 5.1 of the 12.7 modelled ms per extra prompt) is the
+            largest q chunk dividing 5184 that the real library accepts (1728 is refused at
+            every k chunk), and 864 x 192 the largest pair beside it (circular buffers
+            1,380,352 B per core at 16 prompts; 864 x 288 is refused), on a mock p150a. 224 as
+            the k limit gives the image keys 192 and the decoder's 224 queries one chunk.
         vit_attention_chunks: (q, k) chunk sizes of the ViT's fused attention, dividing 576 (a
             window) and 5184 (the image). 288 x 288: with q, k and v in L1 (vit.py) the
             attention moves no DRAM bytes, so in the cost model its time is its FLOPs whatever the
@@ -160,7 +177,9 @@ class DeviceSettings:
     exact_kernel: object
     vit_attention_kernel: object
     l1: object
-    attention_chunk: int = 64
+    prompt_attention_kernel: object
+    prompt_exp_approx: bool = False
+    prompt_attention_chunks: tuple[int, int] = (864, 224)
     vit_attention_chunks: tuple[int, int] = (288, 288)
     vit_exp_approx: bool = True
 
@@ -185,4 +204,5 @@ def device_settings(ttnn, device) -> DeviceSettings:
         exact_kernel=compute_kernel(ttnn, "HiFi4", packer_l1_acc=False),
         vit_attention_kernel=compute_kernel(ttnn, "HiFi2", packer_l1_acc=False),
         l1=ttnn.L1_MEMORY_CONFIG,
+        prompt_attention_kernel=compute_kernel(ttnn, "HiFi2", packer_l1_acc=False),
     )

@@ -1,11 +1,12 @@
 """transformers' Sam3DetrEncoderLayer (the fusion encoder) in TT-NN ops.
 
 One layer, pre-norm: image tokens attend to themselves (queries and keys carry the sine
-position encoding, values do not), then to the prompt tokens, then an MLP, each with a residual.
+position encoding, values do not: the position's share of the projections is folded into the
+weights, prompt_weights.prepare_positioned_self_attention), then to the prompt tokens, then an
+MLP, each with a residual.
 
 Shapes (bfloat16, TILE, DRAM interleaved; B = prompts in the batch):
     vision   (B, S, C)  image tokens (S = 72 * 72 = 5184 for SAM 3: 162 tiles).
-    position (B or 1, S, C) the image's sine position encoding.
     prompt   (B, T, C)  prompt tokens padded to a tile (T = 64 for 32 text tokens + the
                         geometry encoder's class token).
     mask     (B, 1, S, T) additive key mask (attention.key_padding_mask): 0 for a real prompt
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .attention import multi_head_attention, sub_weights
+from .attention import multi_head_attention, positioned_self_attention, sub_weights
 from .config import DeviceSettings
 from .layers import layer_norm, linear
 from .prompt_config import PromptLayerConfig
@@ -43,7 +44,6 @@ def fusion_encoder_layer(
     ttnn: Any,
     vision: Any,
     prompt: Any,
-    position: Any,
     mask: Any,
     w: dict[str, Any],
     config: PromptLayerConfig,
@@ -51,14 +51,12 @@ def fusion_encoder_layer(
 ) -> Any:
     """Sam3DetrEncoderLayer: consumes `vision`, returns the updated (B, S, C) image tokens.
 
-    `prompt`, `position` and `mask` stay allocated (every layer reads them).
+    `prompt` and `mask` stay allocated (every layer reads them).
     """
     normed = layer_norm(ttnn, vision, w, "ln1", config.eps, settings)
-    positioned = ttnn.add(normed, position, memory_config=settings.memory)
-    attended = multi_head_attention(
-        ttnn, positioned, positioned, normed, sub_weights(w, "self_attn."), config.attention, settings
+    attended = positioned_self_attention(
+        ttnn, normed, sub_weights(w, "self_attn."), config.attention, settings
     )
-    ttnn.deallocate(positioned)
     ttnn.deallocate(normed)
     hidden = _residual(ttnn, vision, attended, settings)
 
@@ -79,7 +77,6 @@ def fusion_encoder(
     ttnn: Any,
     vision: Any,
     prompt: Any,
-    position: Any,
     mask: Any,
     weights: dict[str, Any],
     config: PromptLayerConfig,
@@ -90,5 +87,5 @@ def fusion_encoder(
     "layers.{i}." (prompt_weights.prepare_fusion_encoder); consumes `vision`."""
     for index in range(layers):
         layer_weights = sub_weights(weights, f"layers.{index}.")
-        vision = fusion_encoder_layer(ttnn, vision, prompt, position, mask, layer_weights, config, settings)
+        vision = fusion_encoder_layer(ttnn, vision, prompt, mask, layer_weights, config, settings)
     return vision

@@ -113,7 +113,10 @@ class ChipPromptPath:
         self.head_shape = AttentionShape.of(attention.hidden_size, attention.num_attention_heads)
         self.head_eps = mask_decoder.prompt_cross_attn_norm.eps
         device = self.device
-        self.w_fusion = upload(ttnn, device, prepare_fusion_encoder(model.detr_encoder), matmul, param)
+        tokens = position.flatten(2).transpose(1, 2)
+        self.w_fusion = upload(
+            ttnn, device, prepare_fusion_encoder(model.detr_encoder, tokens), matmul, param
+        )
         self.w_decoder = upload(
             ttnn, device, prepare_decoder(model.detr_decoder, self.decoder), matmul, param
         )
@@ -126,7 +129,7 @@ class ChipPromptPath:
         }
         self._conv_weights: dict[str, Any] = {}
         self.constants = {
-            "position": self._tensor(position.flatten(2).transpose(1, 2)),
+            "position": self._tensor(tokens),
             "placement": self._tensor(placement_matrix()),
         }
         self.buckets = power_of_two_buckets(max_prompts)
@@ -258,7 +261,6 @@ class ChipPromptPath:
             ttnn,
             vision,
             prompt,
-            self.constants["position"],
             masks["image"],
             self.w_fusion,
             self.fusion,

@@ -70,11 +70,37 @@ def _mlp(mlp: Any, prefix: str) -> dict[str, HostWeight]:
     }
 
 
-def prepare_fusion_encoder_layer(layer: Any, prefix: str = "") -> dict[str, HostWeight]:
-    """transformers' Sam3DetrEncoderLayer -> named host weights for fusion_encoder.py."""
+def prepare_positioned_self_attention(
+    attention: Any, position: torch.Tensor, prefix: str
+) -> dict[str, HostWeight]:
+    """Sam3Attention with q = k = x + position and v = x -> one [q | k | v] projection for
+    attention.positioned_self_attention: ``qkv.weight`` (C, 3*H*Dp) and the per-token bias
+    ``qkv.position_bias`` (1, S, 3*H*Dp) = [position @ Wq + bq | position @ Wk + bk | bv].
+
+    (x + p) W + b = x W + (p W + b), so the position's part of the query and key projections is a
+    constant of the image size, computed here once in float32 instead of in every replay.
+    `position` is the (1, S, C) sine position encoding in token order.
+    """
+    weights = prepare_attention(attention, prefix)
+    matrices = [weights.pop(f"{prefix}{name}.weight").values for name in ("q", "k", "v")]
+    biases = [weights.pop(f"{prefix}{name}.bias").values for name in ("q", "k", "v")]
+    tokens = position.detach().float().reshape(1, -1, matrices[0].shape[0])
+    terms = [tokens @ matrices[0] + biases[0], tokens @ matrices[1] + biases[1]]
+    terms.append(biases[2].expand_as(terms[0]))
+    weights[prefix + "qkv.weight"] = HostWeight(torch.cat(matrices, dim=1).contiguous(), "matmul")
+    weights[prefix + "qkv.position_bias"] = HostWeight(torch.cat(terms, dim=-1).contiguous(), "param")
+    return weights
+
+
+def prepare_fusion_encoder_layer(
+    layer: Any, position: torch.Tensor, prefix: str = ""
+) -> dict[str, HostWeight]:
+    """transformers' Sam3DetrEncoderLayer -> named host weights for fusion_encoder.py; `position`
+    is the image's (1, S, C) sine position encoding in token order (folded into the
+    self-attention's projection, prepare_positioned_self_attention)."""
     weights = {
         **_norm(layer.layer_norm1, prefix + "ln1."),
-        **prepare_attention(layer.self_attn, prefix + "self_attn."),
+        **prepare_positioned_self_attention(layer.self_attn, position, prefix + "self_attn."),
         **_norm(layer.layer_norm2, prefix + "ln2."),
         **prepare_attention(layer.cross_attn, prefix + "cross_attn."),
         **_norm(layer.layer_norm3, prefix + "ln3."),
@@ -83,11 +109,12 @@ def prepare_fusion_encoder_layer(layer: Any, prefix: str = "") -> dict[str, Host
     return weights
 
 
-def prepare_fusion_encoder(encoder: Any) -> dict[str, HostWeight]:
-    """transformers' Sam3DetrEncoder -> every layer's weights under "layers.{i}."."""
+def prepare_fusion_encoder(encoder: Any, position: torch.Tensor) -> dict[str, HostWeight]:
+    """transformers' Sam3DetrEncoder -> every layer's weights under "layers.{i}." (`position` as
+    prepare_fusion_encoder_layer takes it)."""
     weights: dict[str, HostWeight] = {}
     for index, layer in enumerate(encoder.layers):
-        weights.update(prepare_fusion_encoder_layer(layer, f"layers.{index}."))
+        weights.update(prepare_fusion_encoder_layer(layer, position, f"layers.{index}."))
     return weights
 
 
