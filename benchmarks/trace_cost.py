@@ -17,7 +17,11 @@ the device opened. What the model assumes, so its numbers are read for what they
   1088 B per 1024 values (shared exponents); a tensor in L1 moves no DRAM bytes (its traffic
   stays on the cores and the NoC, which the model does not price: a floor); special cases:
   a reshape that can be a view (last dimension unchanged, rows tile-aligned) moves nothing;
-  the fused attention re-reads K and V once per query chunk (ceil(Sq / q_chunk) times);
+  the fused attention re-reads K and V once per query chunk (ceil(Sq / q_chunk) times), and its
+  mask's slice once per (batch, head) it computes, so a mask broadcast over heads (the prompt
+  path's key masks, (B, 1, Sq, Sk)) is read once per head: both as tt-metal's SDPA reader
+  (sdpa/device/kernels/dataflow/reader_interleaved.cpp) loops, K, V and mask chunks inside
+  its loops over batch, head and q chunk;
   the fused rotary embedding reads each input tile twice (as itself and as its rotated
   partner) and the cos and sin tables once per leading index (batch x heads), as its reader
   kernel does;
@@ -179,9 +183,9 @@ def dram_bytes(op: dict[str, Any]) -> float:
         q, k, v = inputs[:3]
         chunk = op["options"].get("q_chunk_size") or q["shape"][-2]
         passes = math.ceil(q["shape"][-2] / chunk)
-        rest = inputs[3:]
         rereads = passes * (dram_tensor_bytes(k) + dram_tensor_bytes(v))
-        return dram_tensor_bytes(q) + rereads + _device_bytes(rest + outputs)
+        masks = sum(_mask_reads(q, mask) for mask in inputs[3:4])
+        return dram_tensor_bytes(q) + rereads + masks + _device_bytes(inputs[4:] + outputs)
     if name == ROTARY and len(inputs) >= 3:
         x, cos, sin = inputs[:3]
         sweeps = math.prod(padded(x["shape"], x["layout"])[:-2])
@@ -194,6 +198,14 @@ def dram_bytes(op: dict[str, Any]) -> float:
         weight_bytes = weight * BYTES_PER_VALUE.get(o.get("weights_dtype", "BFLOAT16"), 2.0)
         return _device_bytes(inputs[:1]) + weight_bytes + _device_bytes(outputs[:1])
     return _device_bytes(inputs) + _device_bytes(outputs)
+
+
+def _mask_reads(q: dict[str, Any], mask: dict[str, Any]) -> float:
+    """DRAM bytes the fused attention reads of its additive mask: the mask's slice of every
+    (batch, head) it computes, so a mask broadcast over heads or batch is read that many times."""
+    batch, heads = q["shape"][0], q["shape"][1]
+    mask_batch, mask_heads = mask["shape"][0], mask["shape"][1]
+    return dram_tensor_bytes(mask) * (batch * heads) / (mask_batch * mask_heads)
 
 
 def _signature(op: dict[str, Any]) -> str:

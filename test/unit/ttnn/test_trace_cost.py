@@ -169,6 +169,25 @@ def test_attention_rereads_keys_and_values_per_query_chunk():
     assert trace_cost.price(narrow).flops == 4 * 16 * 5184 * 5184 * 64
 
 
+def test_attention_reads_a_broadcast_mask_once_per_batch_and_head():
+    """The SDPA reader fetches the mask chunk of every (batch, head, q chunk, k chunk) it
+    computes, so a mask that broadcasts over heads (the prompt masks, (B, 1, Sq, Sk)) is read
+    once per head, and one over batch too once per batch and head."""
+    q, k = _tensor((2, 8, 5184, 32)), _tensor((2, 8, 64, 32))
+    per_prompt, shared = _tensor((2, 1, 5184, 64)), _tensor((1, 1, 5184, 64))
+    per_head = _tensor((2, 8, 5184, 64))
+    chunks = dict(q_chunk_size=5184, k_chunk_size=64)
+    moved = {
+        name: trace_cost.price(_op(trace_cost.ATTENTION, [q, k, k, mask], [q], "HIFI2", **chunks)).dram_bytes
+        for name, mask in (("per prompt", per_prompt), ("shared", shared), ("per head", per_head))
+    }
+    without = trace_cost.price(_op(trace_cost.ATTENTION, [q, k, k], [q], "HIFI2", **chunks)).dram_bytes
+    mask_reads = trace_cost.tensor_bytes(per_head)
+    assert moved["per prompt"] == pytest.approx(without + mask_reads)
+    assert moved["shared"] == pytest.approx(without + mask_reads)
+    assert moved["per head"] == pytest.approx(without + mask_reads)
+
+
 def test_rotary_embedding_reads_its_input_twice_and_its_tables_per_head():
     x, table = _tensor((9, 16, 576, 64)), _tensor((1, 1, 576, 64))
     cost = trace_cost.price(_op(trace_cost.ROTARY, [x, table, table], [x]))
