@@ -2,8 +2,8 @@
 
 The engine's chip prompt path (ttnn_model/prompt_path.py, ChipPromptPath) replays one trace per
 prompt bucket; ``run_sequence`` issues its ``_forward`` call for call on shape-only inputs, for P
-prompts in one replay: the class-token tile placed into the prompt tokens, the image tokens copied
-or repeated to the P prompts, 6 fusion-encoder layers, the decoder's image keys, the decoder stack
+prompts in one replay: the class-token tile placed into the prompt tokens, 6 fusion-encoder layers
+(the first one's self-attention once, repeated to the P prompts), the decoder's image keys, the decoder stack
 (6 layers with their glue: query positions, box bias, box refinement), the pooling weights,
 scoring, the segmentation head's prompt cross-attention and pixel decoder, the mask embeddings.
 ``mask_read`` adds what fetch_masks runs after the replay, outside the trace: a one-hot pick of
@@ -227,13 +227,9 @@ def run_sequence(
     prompt = ttnn.add(features, placed, memory_config=settings.memory)
     ttnn.deallocate(placed)
     tokens = ttnn.reshape(coarse, (1, s, c))
-    if p == 1:
-        vision = ttnn.clone(tokens, memory_config=settings.memory)
-    else:
-        vision = ttnn.repeat(tokens, (p, 1, 1), memory_config=settings.memory)
     encoded = fusion_encoder.fusion_encoder(
         ttnn,
-        vision,
+        tokens,
         prompt,
         image_mask,
         weights["encoder"],

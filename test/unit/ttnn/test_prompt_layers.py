@@ -100,21 +100,25 @@ def encoder_case(hidden: int, heads: int, intermediate: int, side: int, seed: in
     return layer, inputs, want
 
 
-def run_encoder_layer(chip: Chip, host: dict, layer, inputs: dict) -> torch.Tensor:
+def run_encoder_layer(chip: Chip, host: dict, layer, inputs: dict, shared: bool = False) -> torch.Tensor:
+    """One fusion_encoder_layer; with `shared`, given the first prompt's image tokens only (the
+    layer runs their self-attention once and repeats it to the prompts)."""
     from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
     from tt_sam3_ros.engines.ttnn_model.fusion_encoder import fusion_encoder_layer
     from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig, padded_length
 
     tokens, prompt = inputs["vision"].shape[1], inputs["prompt"]
     padded = padded_length(prompt.shape[1])
+    vision = inputs["vision"][:1] if shared else inputs["vision"]
     out = fusion_encoder_layer(
         chip.ttnn,
-        chip.tensor(inputs["vision"]),
+        chip.tensor(vision),
         chip.tensor(torch.nn.functional.pad(prompt, (0, 0, 0, padded - prompt.shape[1]))),
         chip.tensor(key_padding_mask(tokens, inputs["valid"], padded)),
         chip.weights(host),
         PromptLayerConfig.from_layer(layer),
         chip.settings,
+        shared=shared,
     )
     return chip.read(out)
 
@@ -124,17 +128,19 @@ def full_encoder_case():
     return encoder_case(hidden=256, heads=8, intermediate=2048, side=72)
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_fusion_encoder_layer_tiny_matches_transformers(ttnn, batch):
+@pytest.mark.parametrize(("batch", "shared"), [(1, False), (2, False), (1, True), (2, True)])
+def test_fusion_encoder_layer_tiny_matches_transformers(ttnn, batch, shared):
+    """Per-prompt image tokens, or (`shared`, as the stack's first layer) one set for all."""
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_fusion_encoder_layer
 
     layer, inputs, want = encoder_case(hidden=32, heads=2, intermediate=64, side=8, batch=batch)
     host = prepare_fusion_encoder_layer(layer, inputs["position"])
-    got = run_encoder_layer(Chip(ttnn), host, layer, inputs)
+    got = run_encoder_layer(Chip(ttnn), host, layer, inputs, shared)
     assert got.shape == want.shape
     residual_only = pcc(inputs["vision"], want)
     print(
-        f"tiny fusion encoder layer, {batch} prompt(s): PCC {pcc(got, want):.5f} (alone {residual_only:.3f})"
+        f"tiny fusion encoder layer, {batch} prompt(s), shared tokens {shared}: PCC {pcc(got, want):.5f} "
+        f"(alone {residual_only:.3f})"
     )
     assert pcc(got, want) >= PCC_GATE
 

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 #: Ops per fusion-encoder layer: 3 LayerNorms; the self-attention in 6 (one [q | k | v]
 #: projection, its position-bias add, the fused head split, SDPA, head concat, output linear);
 #: the cross-attention in 12 (3 projections with their head split, SDPA, head concat, output
-#: linear); 2 MLP linears; 3 residual adds.
+#: linear); 2 MLP linears; 3 residual adds. The first layer's self-attention runs once for all
+#: prompts: for more than one, it adds their repeat.
 OPS_PER_FUSION_LAYER = 26
 #: Ops per decoder layer: 3 attentions (query-position add, 12 attention ops, fused add + norm),
 #: 2 MLP linears and the fused add + norm.
@@ -41,9 +42,8 @@ OPS_SCORING = 19
 #: conv, GroupNorm, ReLU with their layout changes) and the mask embedder's 3 linears.
 OPS_SEGMENTATION_HEAD = 40
 #: Issued by ChipPromptPath._forward itself: the class tile placed (matmul, add), the image
-#: tokens viewed and copied (or repeated) to the prompts, the decoder's image keys (add), the
-#: pooling weights (softmax, reshape).
-OPS_BETWEEN_MODULES = 7
+#: tokens viewed, the decoder's image keys (add), the pooling weights (softmax, reshape).
+OPS_BETWEEN_MODULES = 6
 #: After the replay: the one-hot pick of the kept rows, the instance projection, the mask logits.
 OPS_MASK_READ = 3
 
@@ -59,16 +59,23 @@ def full_log():
     return logs[1], shapes
 
 
-def pin_stages(ops: list[dict], shapes) -> None:
+def pin_stages(ops: list[dict], shapes, prompts: int = 1) -> None:
     stages = Counter(op["stage"] for op in ops)
     per_layer = {
         stage: Counter(op["block"] for op in ops if op["stage"] == stage)
         for stage in ("fusion_encoder", "decoder")
     }
     glue = per_layer["decoder"].pop(None, 0)
+    # block numbers run on across the forwards of one recording: count from this one's first
+    per_layer = {
+        stage: Counter({block - min(counts): n for block, n in counts.items()})
+        for stage, counts in per_layer.items()
+    }
     assert sorted(per_layer["fusion_encoder"]) == list(range(shapes.encoder_layers))
     assert sorted(per_layer["decoder"]) == list(range(shapes.decoder_layers))
-    assert set(per_layer["fusion_encoder"].values()) == {OPS_PER_FUSION_LAYER}
+    repeat = 1 if prompts > 1 else 0
+    assert per_layer["fusion_encoder"][0] == OPS_PER_FUSION_LAYER + repeat
+    assert {per_layer["fusion_encoder"][i] for i in range(1, shapes.encoder_layers)} <= {OPS_PER_FUSION_LAYER}
     assert set(per_layer["decoder"].values()) == {OPS_PER_DECODER_LAYER}
     assert glue == OPS_DECODER_GLUE_FIXED + shapes.decoder_layers * OPS_DECODER_GLUE_PER_LAYER
     assert stages["scoring"] == OPS_SCORING
@@ -89,18 +96,24 @@ def test_op_count_per_stage_is_pinned(tiny_logs, full_log):
     """The tiny model (1 fusion-encoder layer, 2 decoder layers) and SAM 3 (6 and 6)."""
     logs, shapes = tiny_logs
     pin_stages(logs[1], shapes)
+    pin_stages(logs[2], shapes, prompts=2)
     pin_stages(*full_log)
 
 
 def test_batching_prompts_adds_no_op_and_scales_the_shapes(tiny_logs):
-    """Every stage issues as many ops for 1, 2 and 16 prompts (the same ops from 2 on; one prompt
-    copies where more repeat), on shapes that carry the batch, at a cost that grows with it."""
+    """Every stage issues as many ops for 2 and 16 prompts (the same ops), and for one prompt
+    one fewer in the fusion encoder (nothing to repeat its shared self-attention to), on shapes
+    that carry the batch, at a cost that grows with it."""
     logs, _ = tiny_logs
     per_stage = {p: Counter(op["stage"] for op in log) for p, log in logs.items()}
-    assert per_stage[1] == per_stage[2] == per_stage[16]
+    assert per_stage[2] == per_stage[16]
+    assert per_stage[1] + Counter({"fusion_encoder": 1}) == per_stage[2]
     assert [op["op"] for op in logs[2]] == [op["op"] for op in logs[16]]
-    first = next(op for op in logs[16] if op["op"] == "linear" and op["stage"] == "fusion_encoder")
-    assert first["inputs"][0]["shape"][0] == 16
+    fusion = [op for op in logs[16] if op["stage"] == "fusion_encoder"]
+    batches = [op["inputs"][0]["shape"][0] for op in fusion]
+    shared = batches.index(16)  # the first layer's self-attention runs once, then its repeat
+    assert set(batches[:shared]) == {1} and set(batches[shared:]) == {16}
+    assert fusion[shared - 1]["op"] == "repeat"
     cost = {p: sum(c.seconds for c in trace_cost.price_all(log)) for p, log in logs.items()}
     assert cost[1] < cost[2] < cost[16]
 

@@ -127,7 +127,7 @@ def positioned_self_attention(
         positioned, num_heads=shape.heads, transpose_key=False, memory_config=settings.memory
     )
     ttnn.deallocate(positioned)
-    return attend(ttnn, query, key, value, w, shape, settings)
+    return attend(ttnn, query, key, value, w, shape, settings, kernel=settings.fusion_attention_kernel)
 
 
 def attend(
@@ -139,8 +139,10 @@ def attend(
     shape: AttentionShape,
     settings: DeviceSettings,
     mask: Any = None,
+    kernel: Any = None,
 ) -> Any:
-    """The fused attention over (B, H, S, Dp) heads, the heads merged and the output projection
+    """The fused attention over (B, H, S, Dp) heads (at the `kernel` compute config,
+    settings.prompt_attention_kernel by default), the heads merged and the output projection
     ``o``; consumes query, key and value, returns (B, Sq, C)."""
     q_chunk, k_chunk = settings.prompt_attention_chunks
     program = ttnn.SDPAProgramConfig(
@@ -157,7 +159,7 @@ def attend(
         is_causal=False,
         scale=shape.head_dim**-0.5,
         program_config=program,
-        compute_kernel_config=settings.prompt_attention_kernel,
+        compute_kernel_config=kernel or settings.prompt_attention_kernel,
         memory_config=settings.memory,
     )
     for tensor in (query, key, value):

@@ -40,6 +40,16 @@ def _residual(ttnn: Any, x: Any, update: Any, settings: DeviceSettings) -> Any:
     return out
 
 
+def _per_prompt(ttnn: Any, hidden: Any, batch: int, settings: DeviceSettings) -> Any:
+    """(1, S, C) -> (batch, S, C), one copy per prompt; consumes `hidden` (returned as it is for
+    one prompt: ttnn.repeat by ones would return its input, not a copy)."""
+    if batch == 1:
+        return hidden
+    out = ttnn.repeat(hidden, (batch, 1, 1), memory_config=settings.memory)
+    ttnn.deallocate(hidden)
+    return out
+
+
 def fusion_encoder_layer(
     ttnn: Any,
     vision: Any,
@@ -48,17 +58,26 @@ def fusion_encoder_layer(
     w: dict[str, Any],
     config: PromptLayerConfig,
     settings: DeviceSettings,
+    shared: bool = False,
 ) -> Any:
-    """Sam3DetrEncoderLayer: consumes `vision`, returns the updated (B, S, C) image tokens.
+    """Sam3DetrEncoderLayer: returns the updated (B, S, C) image tokens of the B prompts in `prompt`.
 
-    `prompt` and `mask` stay allocated (every layer reads them).
+    `vision` is (B, S, C), consumed; or, with `shared`, the image's (1, S, C) tokens for all B
+    prompts, left allocated (the image trace's buffer): the self-attention reads no prompt, so it
+    runs once and its output is repeated to the prompts (the stack's first layer: its input is
+    the same image for every prompt). `prompt` and `mask` stay allocated (every layer reads them).
     """
     normed = layer_norm(ttnn, vision, w, "ln1", config.eps, settings)
     attended = positioned_self_attention(
         ttnn, normed, sub_weights(w, "self_attn."), config.attention, settings
     )
     ttnn.deallocate(normed)
-    hidden = _residual(ttnn, vision, attended, settings)
+    if shared:
+        hidden = ttnn.add(vision, attended, memory_config=settings.memory)
+        ttnn.deallocate(attended)
+        hidden = _per_prompt(ttnn, hidden, prompt.shape[0], settings)
+    else:
+        hidden = _residual(ttnn, vision, attended, settings)
 
     normed = layer_norm(ttnn, hidden, w, "ln2", config.eps, settings)
     attended = multi_head_attention(
@@ -75,7 +94,7 @@ def fusion_encoder_layer(
 
 def fusion_encoder(
     ttnn: Any,
-    vision: Any,
+    tokens: Any,
     prompt: Any,
     mask: Any,
     weights: dict[str, Any],
@@ -84,8 +103,12 @@ def fusion_encoder(
     layers: int,
 ) -> Any:
     """Sam3DetrEncoder's layer stack: `layers` fusion_encoder_layer calls on the weights under
-    "layers.{i}." (prompt_weights.prepare_fusion_encoder); consumes `vision`."""
+    "layers.{i}." (prompt_weights.prepare_fusion_encoder), from the image's (1, S, C) `tokens`
+    (left allocated: the first layer shares them among the prompts) to (B, S, C)."""
+    vision = tokens
     for index in range(layers):
         layer_weights = sub_weights(weights, f"layers.{index}.")
-        vision = fusion_encoder_layer(ttnn, vision, prompt, mask, layer_weights, config, settings)
+        vision = fusion_encoder_layer(
+            ttnn, vision, prompt, mask, layer_weights, config, settings, shared=index == 0
+        )
     return vision

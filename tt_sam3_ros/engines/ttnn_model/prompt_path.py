@@ -252,14 +252,9 @@ class ChipPromptPath:
         prompt = ttnn.add(features, placed, memory_config=settings.memory)
         ttnn.deallocate(placed)
         tokens = ttnn.reshape(coarse, (1, coarse.shape[-2], coarse.shape[-1]))
-        vision = (
-            ttnn.clone(tokens, memory_config=settings.memory)
-            if bucket == 1
-            else ttnn.repeat(tokens, (bucket, 1, 1), memory_config=settings.memory)
-        )
         encoded = fusion_encoder(
             ttnn,
-            vision,
+            tokens,
             prompt,
             masks["image"],
             self.w_fusion,
