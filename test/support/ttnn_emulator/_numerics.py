@@ -146,10 +146,25 @@ def approximate_exp(values: torch.Tensor) -> torch.Tensor:
     """exp(x) as the SFPU's approximate mode forms it: 2^(x/ln2) with the integer part put in the
     exponent and the fraction f taken as the mantissa, 2^f ~ 1 + f (at most 6.1 % high, exact at
     whole powers of two); underflows to 0 below about -88, as float32 does."""
-    scaled = values.to(torch.float32) * (1.0 / math.log(2.0))
-    whole = torch.floor(scaled)
-    approx = torch.ldexp(1.0 + (scaled - whole), whole.clamp(-150, 128).to(torch.int32))
-    return torch.where(scaled < -126, torch.zeros_like(approx), approx)
+    return approximate_exp_(values.to(torch.float32, copy=True))
+
+
+def approximate_exp_(values: torch.Tensor) -> torch.Tensor:
+    """approximate_exp in place on a float32 tensor (which it returns): the attention's scores are
+    the largest tensors the emulator makes, and each temporary of their size costs a pass over
+    memory. The whole part goes into the exponent bits by an integer add, which is what ldexp
+    does for the results kept (2^-126 and up, all normal); 2^128 and up is inf, NaN and +inf give
+    NaN (inf - inf in the fraction), -inf and anything below 2^-126 give 0."""
+    values.mul_(1.0 / math.log(2.0))
+    whole = torch.floor(values)
+    underflow = whole < -126
+    overflow = whole > 127
+    values.sub_(whole).add_(1.0)  # 1 + f, in [1, 2]
+    undefined = values.isnan()  # from NaN or an infinity
+    exponent = whole.clamp_(-126, 127).to(torch.int32).bitwise_left_shift_(23)
+    values.view(torch.int32).add_(exponent)
+    values.masked_fill_(overflow, math.inf).masked_fill_(undefined, math.nan)
+    return values.masked_fill_(underflow, 0.0)
 
 
 def approximate_gelu(values: torch.Tensor) -> torch.Tensor:

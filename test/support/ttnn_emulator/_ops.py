@@ -739,22 +739,24 @@ def scaled_dot_product_attention(
     )
 
     fidelity = fidelity_of(compute_kernel_config, default="HiFi2")
-    exp = (
-        _numerics.approximate_exp
+    exp_ = (
+        _numerics.approximate_exp_
         if program_config is not None and program_config.exp_approx_mode
-        else torch.exp
+        else torch.Tensor.exp_
     )
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: slice) -> torch.Tensor:
-        scores = _numerics.fidelity_product(q, k.transpose(-1, -2), fidelity, torch.matmul) * scale_value
+        # In place on the scores (the largest tensor here): the same float32 steps as
+        # softmax(q k^T * scale + mask) written out, without a temporary per step.
+        scores = _numerics.fidelity_product(q, k.transpose(-1, -2), fidelity, torch.matmul).mul_(scale_value)
         if attn_mask is not None:
-            scores = scores + attn_mask.read()[:, :, rows]
+            scores = scores.add_(attn_mask.read()[:, :, rows])
         if is_causal:
             keep = torch.ones(q_shape[2], k_shape[2], dtype=torch.bool).tril()[rows]
-            scores = scores.masked_fill(~keep, float("-inf"))
-        weights = exp(scores - scores.amax(dim=-1, keepdim=True))
+            scores = scores.masked_fill_(~keep, float("-inf"))
+        weights = exp_(scores.sub_(scores.amax(dim=-1, keepdim=True)))
         # The kernel keeps the probabilities in bfloat16 between its two matmuls.
-        probabilities = (weights / weights.sum(dim=-1, keepdim=True)).to(torch.bfloat16).float()
+        probabilities = weights.div_(weights.sum(dim=-1, keepdim=True)).to(torch.bfloat16).float()
         return _numerics.fidelity_product(probabilities, v, fidelity, torch.matmul)
 
     def compute() -> list[Tensor]:

@@ -231,6 +231,27 @@ def test_approximate_exp_is_the_bit_shift_form(ttnn):
     assert torch.allclose(_numerics.approximate_exp(powers), torch.exp(powers), rtol=1e-5)
 
 
+def test_approximate_exp_is_ldexp_of_the_fraction_bit_for_bit(ttnn):
+    """The in-place form (integer add into the exponent bits) against ldexp written out, on the
+    whole float32 range, the underflow edge and the special values; the input is left as it was."""
+    from ttnn_emulator import _numerics
+
+    inf = math.inf
+    special = torch.tensor([0.0, -0.0, inf, -inf, math.nan, 88.72, 88.73, -87.33, -87.34, 3.4e38, -3.4e38])
+    wide, tiny = torch.randn(100_000) * 60, torch.randn(1000) * 1e-20
+    x = torch.cat([torch.linspace(-200, 200, 400_001), wide, tiny, special])
+    x = torch.cat([x, torch.nextafter(x, torch.tensor(inf)), torch.nextafter(x, torch.tensor(-inf))])
+    kept = x.clone()
+    scaled = x * (1.0 / math.log(2.0))
+    whole = torch.floor(scaled)
+    written_out = torch.ldexp(1.0 + (scaled - whole), whole.clamp(-150, 128).to(torch.int32))
+    want = torch.where(scaled < -126, torch.zeros_like(written_out), written_out)
+    got = _numerics.approximate_exp(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num().view(torch.int32), want.nan_to_num().view(torch.int32))
+    assert torch.equal(x.nan_to_num(), kept.nan_to_num())
+
+
 def test_sdpa_approximate_exp_and_fidelity_change_the_result_a_little(ttnn, device):
     torch.manual_seed(6)
     q, k, v = (_dev(ttnn, device, torch.randn(1, 2, 128, 64)) for _ in range(3))
