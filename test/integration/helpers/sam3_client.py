@@ -266,11 +266,12 @@ def running_node(
     program: list[str] | None = None,
     wait_for_subscription: bool = True,
     env: dict[str, str] | None = None,
+    startup_timeout_s: float = 120.0,
 ) -> Iterator[Sam3Client]:
     """A node process plus a probe node talking to it; both torn down on exit.
 
     The client's ``process`` and ``log_path`` attributes let a test signal the node and
-    read its output.
+    read its output. ``startup_timeout_s`` bounds the wait for its image subscription.
     """
     process = start_node(params, log_path, program, env)
     probe_lifetime = ros_test_node()
@@ -281,7 +282,7 @@ def running_node(
         client.log_path = log_path
         if wait_for_subscription:
             # Startup (imports, tiny model build, warm-up) takes ~10 s on 2 cores.
-            client.wait_for_subscriber(timeout_s=120.0, process=process)
+            client.wait_for_subscriber(timeout_s=startup_timeout_s, process=process)
         yield client
     finally:
         stop_node(process)
