@@ -25,22 +25,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 
 #: Ops per fusion-encoder layer: 3 LayerNorms; the self-attention in 6 (one [q | k | v]
 #: projection, its position-bias add, the fused head split, SDPA, head concat, output linear);
-#: the cross-attention in 12 (3 projections with their head split, SDPA, head concat, output
-#: linear); 2 MLP linears; 3 residual adds. The first layer's self-attention runs once for all
-#: prompts: for more than one, it adds their repeat.
-OPS_PER_FUSION_LAYER = 26
-#: Ops per decoder layer: 3 attentions (query-position add, 12 attention ops, fused add + norm),
+#: the cross-attention in 15 (3 projections with their head split in 3: transpose, view,
+#: transpose; SDPA, head concat, output linear); 2 MLP linears; 3 residual adds. The first
+#: layer's self-attention runs once for all prompts: for more than one, it adds their repeat.
+OPS_PER_FUSION_LAYER = 29
+#: Ops per decoder layer: 3 attentions (query-position add, 15 attention ops, fused add + norm),
 #: 2 MLP linears and the fused add + norm.
-OPS_PER_DECODER_LAYER = 45
+OPS_PER_DECODER_LAYER = 54
 #: The decoder's glue (decoder.decoder_stack): per layer the query position (sine matmul, sin,
 #: 2 linears, row mask), the box bias (edge matmul, log1p, reshapes, the 2-layer MLP, the
 #: outer sum), the output norm, the box head and the refinement; 2 before the first layer.
 OPS_DECODER_GLUE_PER_LAYER = 21
 OPS_DECODER_GLUE_FIXED = 2
 OPS_SCORING = 19
-#: The prompt cross-attention (norm, 12, add), the pixel decoder (2 stages of upsample, add,
+#: The prompt cross-attention (norm, 15, add), the pixel decoder (2 stages of upsample, add,
 #: conv, GroupNorm, ReLU with their layout changes) and the mask embedder's 3 linears.
-OPS_SEGMENTATION_HEAD = 40
+OPS_SEGMENTATION_HEAD = 43
 #: Issued by ChipPromptPath._forward itself: the class tile placed (matmul, add), the image
 #: tokens viewed, the decoder's image keys (add), the pooling weights (softmax, reshape).
 OPS_BETWEEN_MODULES = 6

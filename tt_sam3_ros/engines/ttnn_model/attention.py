@@ -4,8 +4,8 @@ Sam3Attention projects query, key and value from three possibly different inputs
 encoder's self-attention takes q = k = x + pos but v = x; cross-attention takes k = v from
 another sequence of another length). ttnn's fused head split
 (``transformer.split_query_key_value_and_split_heads``) needs one [q | k | v] input, and with
-``kv_input`` equal sequence lengths, so multi_head_attention splits heads by a reshape and a
-permute instead: correct for every case, at the price of a copy per projection. The fusion
+``kv_input`` equal sequence lengths, so multi_head_attention splits heads by two transposes
+instead (split_heads): correct for every case, at the price of two copies per projection. The fusion
 encoder's self-attention, where q and k differ from v only by the position encoding, takes the
 fused split on one [q | k | v] projection (positioned_self_attention).
 
@@ -79,11 +79,19 @@ def key_padding_mask(queries: int, valid: torch.Tensor, keys: int) -> torch.Tens
 
 
 def split_heads(ttnn: Any, x: Any, shape: AttentionShape, settings: DeviceSettings) -> Any:
-    """(B, S, H*Dp) -> (B, H, S, Dp); consumes x."""
+    """(B, S, H*Dp) -> (B, H, S, Dp); consumes x.
+
+    Through the transpose: (B, H*Dp, S) views as (B, H, Dp, S) (rows stay whole tiles), and a
+    second transpose gives the heads, two copies of x's own size. A reshape to (B, S, H, Dp)
+    would copy x into tiles whose rows are the H heads (8 of 32 rows for SAM 3: four times x's
+    bytes), which the permute then reads whole.
+    """
     batch, seq = x.shape[0], x.shape[1]
-    shaped = ttnn.reshape(x, (batch, seq, shape.heads, shape.head_dim_padded))
-    heads = ttnn.permute(shaped, (0, 2, 1, 3), memory_config=settings.memory)
-    ttnn.deallocate(shaped)
+    columns = ttnn.permute(x, (0, 2, 1), memory_config=settings.memory)
+    ttnn.deallocate(x)
+    grouped = ttnn.reshape(columns, (batch, shape.heads, shape.head_dim_padded, seq))
+    heads = ttnn.permute(grouped, (0, 1, 3, 2), memory_config=settings.memory)
+    ttnn.deallocate(grouped)
     return heads
 
 
