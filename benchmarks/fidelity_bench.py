@@ -176,11 +176,12 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
 #: attentions); the first row is the setting before. The cross-attention stays at
 #: settings.prompt_attention_kernel (memory-bound in the cost model: fidelity buys it nothing).
 PROMPT_CANDIDATES = (
-    ("self-attention HiFi4, exact exp (before)", "HiFi4", False),
-    ("self-attention HiFi2, exact exp", "HiFi2", False),
-    ("self-attention HiFi2, approximate exp", "HiFi2", True),
-    ("self-attention LoFi, exact exp", "LoFi", False),
-    ("self-attention LoFi, approximate exp", "LoFi", True),
+    ("self-attention HiFi4, exact exp (before)", "HiFi4", False, "bfloat16"),
+    ("self-attention HiFi2, exact exp", "HiFi2", False, "bfloat16"),
+    ("self-attention HiFi2, approximate exp", "HiFi2", True, "bfloat16"),
+    ("self-attention LoFi, exact exp", "LoFi", False, "bfloat16"),
+    ("self-attention LoFi, approximate exp", "LoFi", True, "bfloat16"),
+    ("self-attention HiFi2, exact exp; MLP hidden bfloat8_b", "HiFi2", False, "bfloat8_b"),
 )
 #: Prompt tokens the model sees: 32 text tokens and the geometry encoder's class token.
 PROMPT_TOKENS = 33
@@ -256,11 +257,12 @@ def measure_prompt(quick: bool) -> tuple[list[dict[str, Any]], Any]:
             "prompt": _device_tensor(ttnn, device, prompt),
             "mask": _device_tensor(ttnn, device, key_padding_mask(tokens, inputs["valid"], padded)),
         }
-        for label, fidelity, approx in PROMPT_CANDIDATES:
+        for label, fidelity, approx, hidden in PROMPT_CANDIDATES:
             settings = dataclasses.replace(
                 base,
                 fusion_attention_kernel=compute_kernel(ttnn, fidelity, packer_l1_acc=False),
                 prompt_exp_approx=approx,
+                fusion_mlp_hidden=getattr(ttnn, hidden),
             )
             start = len(recorder.log)
             started = time.perf_counter()
@@ -301,10 +303,15 @@ def print_prompt_table(quick: bool) -> None:
         "update = output - input); modelled ms of the layer at 120 cores, chunks up to "
         f"q {q_chunk} / k {k_chunk}"
     )
-    engine = (_fidelity(base.fusion_attention_kernel), base.prompt_exp_approx)
+    hidden = base.fusion_mlp_hidden
+    engine = (
+        _fidelity(base.fusion_attention_kernel),
+        base.prompt_exp_approx,
+        "bfloat16" if hidden is None else hidden.name.lower(),
+    )
     table = []
     for (label, *choice), row in zip(PROMPT_CANDIDATES, rows, strict=True):
-        mark = " <- engine" if (choice[0].upper(), choice[1]) == (engine[0].upper(), engine[1]) else ""
+        mark = " <- engine" if (choice[0].upper(), *choice[1:]) == (engine[0].upper(), *engine[1:]) else ""
         table.append(
             [
                 label + mark,

@@ -24,9 +24,10 @@ from .layers import layer_norm, linear
 from .prompt_config import PromptLayerConfig
 
 
-def mlp(ttnn: Any, x: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:
-    """Sam3MLP: fc2(relu(fc1(x))), the relu fused into the first matmul; leaves x allocated."""
-    expanded = linear(ttnn, x, w, "mlp.fc1", settings, activation="relu")
+def mlp(ttnn: Any, x: Any, w: dict[str, Any], settings: DeviceSettings, hidden_dtype: Any = None) -> Any:
+    """Sam3MLP: fc2(relu(fc1(x))), the relu fused into the first matmul, its output in
+    `hidden_dtype` (bfloat16 by default); leaves x allocated."""
+    expanded = linear(ttnn, x, w, "mlp.fc1", settings, activation="relu", dtype=hidden_dtype)
     out = linear(ttnn, expanded, w, "mlp.fc2", settings)
     ttnn.deallocate(expanded)
     return out
@@ -87,7 +88,7 @@ def fusion_encoder_layer(
     hidden = _residual(ttnn, hidden, attended, settings)
 
     normed = layer_norm(ttnn, hidden, w, "ln3", config.eps, settings)
-    expanded = mlp(ttnn, normed, w, settings)
+    expanded = mlp(ttnn, normed, w, settings, settings.fusion_mlp_hidden)
     ttnn.deallocate(normed)
     return _residual(ttnn, hidden, expanded, settings)
 

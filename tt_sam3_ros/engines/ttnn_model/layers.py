@@ -22,16 +22,17 @@ def linear(
     activation: str | None = None,
     kernel: Any = None,
     memory: Any = None,
+    dtype: Any = None,
 ) -> Any:
-    """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out, fused activation if given;
-    at the matmul fidelity unless another ``kernel`` (a compute kernel config) is given; the
-    output in `memory` (settings.memory by default)."""
+    """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out unless another `dtype`,
+    fused activation if given; at the matmul fidelity unless another ``kernel`` (a compute
+    kernel config) is given; the output in `memory` (settings.memory by default)."""
     return ttnn.linear(
         x,
         w[f"{name}.weight"],
         bias=w.get(f"{name}.bias"),
         activation=activation,
-        dtype=ttnn.bfloat16,
+        dtype=dtype or ttnn.bfloat16,
         memory_config=memory or settings.memory,
         compute_kernel_config=kernel or settings.matmul_kernel,
     )
