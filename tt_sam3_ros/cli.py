@@ -151,6 +151,7 @@ def _run_segment(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         ttnn_options=_ttnn_options(args),
+        max_prompts=len(prompts),  # the chip prompt path compiles only the buckets these need
     ) as segmenter:
         result = segmenter(rgb, prompts, threshold=args.threshold, max_instances=args.max_instances)
         details = segmenter.describe()
@@ -228,6 +229,7 @@ def _run_track(args: argparse.Namespace) -> int:
             device=args.device,
             dtype=args.dtype,
             ttnn_options=_ttnn_options(args),
+            max_prompts=len(prompts),
         )
     except BaseException:
         writer.discard()  # no model, no frames: leave no empty results behind

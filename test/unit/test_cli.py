@@ -130,3 +130,35 @@ def test_a_fault_that_is_no_message_for_the_user_keeps_its_traceback(
         cli.main(
             ["segment", str(picture), "--prompt", "car", "--model", "tiny-random", "--out", str(tmp_path)]
         )
+
+
+@pytest.mark.parametrize("command", ["segment", "track"])
+def test_the_cli_sizes_the_engine_to_its_prompts(
+    monkeypatch: pytest.MonkeyPatch, picture: Path, tmp_path: Path, command: str
+) -> None:
+    """The chip prompt path compiles a bucket per prompt count up to max_prompts at warm-up: a
+    one-off run with two prompts should not pay for sixteen."""
+    from tt_sam3_ros import cli
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+
+    asked: dict[str, object] = {}
+
+    class StopError(Exception):
+        pass
+
+    def record(*args: object, **kwargs: object) -> None:
+        asked.update(kwargs)
+        raise StopError
+
+    monkeypatch.setattr(Sam3Segmenter, "from_pretrained", record)
+    source = str(picture)
+    if command == "track":
+        import cv2
+
+        source = str(tmp_path / "clip.avi")
+        writer = cv2.VideoWriter(source, cv2.VideoWriter_fourcc(*"FFV1"), 10.0, (32, 24))
+        writer.write(np.zeros((24, 32, 3), np.uint8))
+        writer.release()
+    with pytest.raises(StopError):
+        cli.main([command, source, "--prompt", "car", "--prompt", "person", "--out", str(tmp_path)])
+    assert asked["max_prompts"] == 2
