@@ -265,10 +265,16 @@ class Sam3Node(LifecycleNode):
                 parameter.name
             )
             if refusal:
-                return SetParametersResult(successful=False, reason=refusal)
+                return self._refused(refusal)
             values[parameter.name] = parameter.value
         reason = invalid_values(values, prompts_required=any(p.name == "prompts" for p in parameters))
-        return SetParametersResult(successful=not reason, reason=reason)
+        return self._refused(reason) if reason else SetParametersResult(successful=True)
+
+    def _refused(self, reason: str) -> SetParametersResult:
+        """A refusal with its reason, also logged (at most once per 5 s): whoever watches the
+        robot's log sees why a change another tool asked for did not happen."""
+        self.get_logger().warning(f"parameter change refused: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
+        return SetParametersResult(successful=False, reason=reason)
 
     def _refuse_now(self, name: str) -> str:
         """Why ``name`` cannot change in the current lifecycle state ('' when it can)."""

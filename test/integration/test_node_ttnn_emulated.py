@@ -150,6 +150,10 @@ def test_a_prompts_change_is_served_without_restart_and_more_than_max_prompts_is
         assert not refused.successful
         assert "2 given, at most 1 allowed (max_prompts, read at configure" in refused.reason, refused.reason
         assert sam3.get_parameter("prompts") == ["dog"]
+        logged = spin_until(
+            sam3.probe, lambda: refused.reason in sam3.log_path.read_text(errors="replace"), 5.0
+        )
+        assert logged, f"the refusal is not in the node's log:\n{log_tail(sam3.log_path)}"
     finally:
         assert sam3.set_parameter("prompts", PROMPTS).successful
     assert sam3.process.poll() is None, log_tail(sam3.log_path)
