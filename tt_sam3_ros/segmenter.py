@@ -8,6 +8,12 @@
 One call encodes the image once, runs every prompt against it in one batch, and
 reuses the text encoding of prompts it has seen before (bounded LRU), so a steady
 prompt set costs no text-encoder time after the first frame.
+
+A sequence of frames (a video) can go through ``segment_stream`` instead: the same result
+for each frame, but frame N+1 is loaded, resized and handed to ``Engine.prefetch`` while
+frame N is in flight (after its image path started, before its outputs are read), so its
+host work and, on the ttnn engine with two command queues, its upload overlap frame N's
+compute.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -144,15 +152,94 @@ class Sam3Segmenter:
             check_settings(threshold, max_instances)
             rgb = preprocess.load_image(image, self.max_image_side)
         with _timed(timing, "preprocess"):
-            image = preprocess.resize_to_model(rgb)
+            frame = _Frame(rgb, preprocess.resize_to_model(rgb), timing)
+        return self._segment(frame, prompts, threshold, max_instances)
+
+    def segment_stream(
+        self,
+        frames: Iterable[object],
+        prompts: list[str],
+        threshold: float = DEFAULT_THRESHOLD,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+    ) -> Iterator[SegmentationResult]:
+        """Segment a sequence of frames with the same prompts: one result per frame, in order.
+
+        Each result equals what ``segmenter(frame, prompts, ...)`` returns; what changes is the
+        order of the work. While frame N is in flight (its image path started, nothing read
+        back yet) frame N+1 is loaded, resized and given to ``Engine.prefetch``, so on the ttnn
+        engine with two command queues its upload runs during frame N's traces (on other
+        engines only the host's load and resize move). Frame N's ``timing_ms`` gains
+        "prefetch" (that call); frame N+1's load and resize count in its own timing, though
+        they ran during frame N.
+
+        The iterator is read one frame ahead of the results: right for files and buffers; a
+        live source that blocks until its next frame exists would hold frame N's result back
+        until then.
+
+        Args:
+            frames: images as ``__call__`` takes them (arrays, paths, bytes, PIL images).
+            prompts, threshold, max_instances: as for ``__call__``, fixed for the stream.
+
+        Raises:
+            InputError (a ValueError): bad prompts or settings, at once; a bad frame raises
+                when its result is due, after every earlier frame's result.
+        """
+        prompts = validate_prompts(prompts, getattr(self.engine, "max_prompts", MAX_PROMPTS))
+        check_settings(threshold, max_instances)
+        return self._stream(iter(frames), prompts, threshold, max_instances)
+
+    def _stream(
+        self, frames: Iterator[object], prompts: list[str], threshold: float, max_instances: int
+    ) -> Iterator[SegmentationResult]:
+        upcoming = self._next_frame(frames)
+        while upcoming is not None:
+            if isinstance(upcoming, Exception):
+                raise upcoming
+            current: _Frame = upcoming
+
+            def read_ahead(current: _Frame = current) -> None:
+                nonlocal upcoming
+                upcoming = self._next_frame(frames)
+                if isinstance(upcoming, _Frame):
+                    with _timed(current.timing, "prefetch"):
+                        self.engine.prefetch(upcoming.model_image)
+
+            yield self._segment(current, prompts, threshold, max_instances, read_ahead)
+
+    def _next_frame(self, frames: Iterator[object]) -> _Frame | Exception | None:
+        """The next frame loaded and resized; the error it raised (kept until its turn); None at the end."""
+        timing: dict[str, float] = {}
+        try:
+            image = next(frames, _END)
+            if image is _END:
+                return None
+            with _timed(timing, "load"):
+                rgb = preprocess.load_image(image, self.max_image_side)
+            with _timed(timing, "preprocess"):
+                return _Frame(rgb, preprocess.resize_to_model(rgb), timing)
+        except Exception as error:  # a bad frame: raised after the frames before it are answered
+            return error
+
+    def _segment(
+        self,
+        frame: _Frame,
+        prompts: list[str],
+        threshold: float,
+        max_instances: int,
+        while_in_flight: Callable[[], None] | None = None,
+    ) -> SegmentationResult:
+        """The engine's part of one frame; `while_in_flight` runs after encode_image, before any read."""
+        timing = frame.timing
         with _timed(timing, "image_encoder"):
-            image_state = self.engine.encode_image(image)
+            image_state = self.engine.encode_image(frame.model_image)
+        if while_in_flight is not None:
+            while_in_flight()
         with _timed(timing, "text_encoder"):
             prompt_states = self._prompt_states(prompts)
         with _timed(timing, "decoder"):
             decoded = self.engine.decode(image_state, prompt_states)
         with _timed(timing, "postprocess"):
-            result = self._instances(decoded, prompts, rgb.shape[:2], threshold, max_instances)
+            result = self._instances(decoded, prompts, frame.rgb.shape[:2], threshold, max_instances)
         result.timing_ms = {**timing, "total": sum(timing.values())}
         return result
 
@@ -207,6 +294,19 @@ class Sam3Segmenter:
             instances=instances,
             presence={prompt: float(presence[i]) for i, prompt in enumerate(prompts)},
         )
+
+
+#: Marks the end of a frame iterator (a frame may be any object, None included).
+_END = object()
+
+
+@dataclass
+class _Frame:
+    """One frame ready for the engine: the source RGB, the model's square, timings so far."""
+
+    rgb: np.ndarray
+    model_image: np.ndarray
+    timing: dict[str, float]
 
 
 def check_settings(threshold: float, max_instances: int) -> None:

@@ -181,3 +181,69 @@ def test_close_is_idempotent_and_stops_the_engine(tiny_model, tokenizer, rgb_ima
     segmenter.close()
     with pytest.raises(RuntimeError, match="closed"):
         segmenter(rgb_image, ["car"])
+
+
+class OrderEngine(TorchEngine):
+    """The torch engine, logging each call with the id of the model image it concerns."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: list[tuple[str, int]] = []
+
+    def encode_image(self, pixels):
+        self.log.append(("encode_image", id(pixels)))
+        return super().encode_image(pixels)
+
+    def prefetch(self, pixels):
+        self.log.append(("prefetch", id(pixels)))
+        super().prefetch(pixels)
+
+    def decode(self, image_state, prompt_states):
+        self.log.append(("decode", 0))
+        return super().decode(image_state, prompt_states)
+
+    def fetch_masks(self, decoded, prompt_index, query_index):
+        self.log.append(("fetch_masks", 0))
+        return super().fetch_masks(decoded, prompt_index, query_index)
+
+
+def video(rgb_image) -> list[np.ndarray]:
+    """Two frames that differ (the square moves), as a video gives them."""
+    return [np.roll(rgb_image, 40 * shift, axis=1) for shift in range(2)]
+
+
+def test_stream_gives_each_frame_its_own_result_with_the_next_frame_prefetched(
+    tiny_model, tokenizer, rgb_image
+) -> None:
+    engine = OrderEngine(tiny_model, tokenizer, device="cpu")
+    segmenter = Sam3Segmenter(engine)
+    frames = video(rgb_image)
+    one_by_one = [segmenter(frame, ["car", "person"], threshold=0.0, max_instances=8) for frame in frames]
+    engine.log.clear()
+    streamed = list(segmenter.segment_stream(iter(frames), ["car", "person"], threshold=0.0, max_instances=8))
+    assert [r.instances for r in streamed] == [r.instances for r in one_by_one]
+    assert one_by_one[0].instances != one_by_one[1].instances  # the frames are told apart
+    assert "prefetch" in streamed[0].timing_ms and "prefetch" not in streamed[-1].timing_ms
+    # Frame N+1 is handed over after frame N's image path and before frame N's reads, and
+    # the next encode_image gets that very array.
+    calls = [name for name, _ in engine.log]
+    assert calls == [
+        "encode_image",
+        "prefetch",
+        "decode",
+        "fetch_masks",
+        "encode_image",
+        "decode",
+        "fetch_masks",
+    ]
+    assert engine.log[1][1] == engine.log[4][1]
+
+
+def test_stream_checks_prompts_at_once_and_answers_frames_before_a_bad_one(segmenter, rgb_image) -> None:
+    with pytest.raises(ValueError, match="must not be empty"):
+        segmenter.segment_stream(iter([rgb_image]), [])
+    results = segmenter.segment_stream([rgb_image, np.zeros((1, 1, 3), np.uint8), rgb_image], ["car"])
+    assert next(results).image_size == (240, 320)
+    with pytest.raises(ValueError, match="at least 2"):
+        next(results)
+    assert list(segmenter.segment_stream([], ["car"])) == []

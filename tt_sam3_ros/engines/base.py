@@ -9,6 +9,12 @@ The split mirrors the model's cost: the image is encoded once per frame
 (``encode_image``), each distinct prompt text once per process (``encode_prompts``,
 cached by the caller), and ``decode`` runs the per-prompt stages for all prompts
 at once against one image.
+
+A caller with a sequence of frames may hand the next one to ``prefetch`` while the current
+one is in flight (after ``encode_image``, before its outputs are read), so an engine whose
+device has a second command queue uploads it during the current frame's compute. Engines
+subclass ``Engine`` to inherit the no-op default; the protocol check (``isinstance``) still
+accepts any object with the methods.
 """
 
 from __future__ import annotations
@@ -72,6 +78,16 @@ class Engine(Protocol):
             next ``encode_image`` call.
         """
         ...
+
+    def prefetch(self, image: np.ndarray) -> None:
+        """Start uploading the next frame while the current one is in flight; optional.
+
+        Called after ``encode_image`` of the current frame and before its outputs are read,
+        with the very array (unchanged) the next ``encode_image`` will get; that call then
+        skips the upload. Any other array in the next call is encoded as usual. The default
+        does nothing: an engine without a queue to overlap on has nothing to gain.
+        """
+        return None
 
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
         """Run the text encoder on prompt texts; returns one reusable state per prompt."""

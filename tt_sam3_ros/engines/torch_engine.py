@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .. import preprocess
-from .base import MODEL_SIDE, TEXT_CONTEXT, DecodedBatch, EngineError
+from .base import MODEL_SIDE, TEXT_CONTEXT, DecodedBatch, Engine, EngineError
 
 
 @dataclass
@@ -115,7 +115,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return DTYPE_NAMES[dtype]
 
 
-class TorchEngine:
+class TorchEngine(Engine):
     """transformers' Sam3Model behind the Engine interface (engines/base.py)."""
 
     name = "torch"

@@ -13,6 +13,13 @@ The engine is two parts, each replaceable:
 The engine keeps no reference to the host's ViT once its weights are on the chip, and never
 changes the caller's model: a prompt path in another dtype works on a copy of the prompt modules.
 
+What overlaps in a stream of frames (``prefetch``, which Sam3Segmenter.segment_stream calls after
+encode_image of frame N): frame N+1's upload, on command queue 1 into the image trace's staging
+buffer, runs during frame N's image trace, prompt trace and reads on queue 0. What does not:
+frame N+1's copy-in and image replay come after frame N's reads (that replay overwrites the
+buffers frame N's prompt trace leaves for them), and the host's work on frame N's results
+(post-processing) comes before frame N+1's replay is queued, so the chip waits for it.
+
 ``ttnn`` is an optional runtime dependency found in the environment (tt-metal's python_env
 or Tenstorrent's container), never a pip requirement of this package; it is imported when
 the engine is built, or injected (``ttnn_module=``), which is how tests run this engine on
@@ -33,7 +40,7 @@ import torch
 
 from ..prompts import MAX_PROMPTS, check_max_prompts
 from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
-from .base import DecodedBatch, EngineError
+from .base import DecodedBatch, Engine, EngineError
 from .ttnn_model import neck
 from .ttnn_model.config import ImagePathConfig
 from .ttnn_model.device import (
@@ -126,7 +133,7 @@ def _geometry_weights(model: Any, config: ImagePathConfig) -> dict[str, HostWeig
     return {GEOMETRY_PREFIX + name: weight for name, weight in prepared.items()}
 
 
-class TtnnEngine:
+class TtnnEngine(Engine):
     """The image encoder on a p150a (one metal trace) composed with a prompt path (the host's today).
 
     Args:
@@ -197,6 +204,9 @@ class TtnnEngine:
         self._weight_dtype_name = weight_dtype
         self._closed = False
         self.prompt_path: PromptPath | None = None
+        # The frame prefetch() staged (the caller's array, and its host tensor kept alive until
+        # the upload is consumed): the next encode_image of that array replays without uploading.
+        self._prefetched: tuple[np.ndarray, Any] | None = None
         host_weights = prepare_vit(model.vision_encoder.backbone, self.config)
         host_weights.update(prepare_neck(model.vision_encoder.neck, self.config))
         host_weights.update(_geometry_weights(model, self.config))
@@ -287,6 +297,29 @@ class TtnnEngine:
             return path.image_features(outputs)  # nothing read back: the prompt path runs on the chip
         return path.image_features(self._vision_output(outputs))
 
+    def prefetch(self, image: np.ndarray) -> None:
+        """Upload the next frame while the current one is in flight (see Engine.prefetch).
+
+        The upload goes on command queue 1 into the image trace's staging buffer (trace.py): it
+        waits only for the current frame's copy out of that buffer, which queue 0 ran before the
+        current frame's image trace, and it touches neither the trace's input nor any trace's
+        outputs, so the current frame's image and prompt traces run on meanwhile. The next
+        encode_image of this same array then only replays (queue 0 waits for the upload, copies
+        it in, replays); its replay comes after everything the current frame queued, the reads
+        of its prompt trace included, since the caller reads those first. Another array in the
+        next call is uploaded as usual over the staged one. With one command queue the upload
+        goes on queue 0 behind the current frame's work (correct, no overlap); without a
+        captured trace (eager mode, before warm-up) this does nothing.
+        """
+        self._require_open()
+        self._prefetched = None
+        encoder = self.image_encoder
+        if not (encoder.use_trace and encoder.captured):
+            return
+        host_input = self._host_input(image)
+        encoder.stage(host_input)
+        self._prefetched = (image, host_input)
+
     def encode_vision(self, image: np.ndarray) -> Any:
         """uint8 (S, S, 3) resized RGB -> transformers' Sam3VisionEncoderOutput on the host.
 
@@ -299,8 +332,11 @@ class TtnnEngine:
 
     def _run_image_path(self, image: np.ndarray) -> list[Any]:
         """One replay of the image trace: its outputs as device tensors (the four FPN maps, then the
-        class token), valid until the next replay."""
+        class token), valid until the next replay. A frame prefetch() staged is only replayed."""
         self._require_open()
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] is image and self.image_encoder.captured:
+            return self.image_encoder.replay()
         return self.image_encoder.run(self._host_input(image))
 
     def _vision_output(self, outputs: list[Any]) -> Any:
@@ -376,6 +412,7 @@ class TtnnEngine:
         if self._closed:
             return
         self._closed = True
+        self._prefetched = None
         try:
             if self.prompt_path is not None:
                 self.prompt_path.close()

@@ -21,7 +21,10 @@ import copy
 
 import numpy as np
 import pytest
+import torch
 from random_weights import randomise_prompt_path
+
+from tt_sam3_ros.engines.ttnn_model.prompt_path import COARSE
 
 SCORE_TOLERANCE = 1e-2
 #: Scores span little on random weights (0.29 to 0.32 here), so their correlation is gated too.
@@ -77,6 +80,49 @@ def gate_failures(got: dict, want: dict) -> list[str]:
     return failures
 
 
+class QueueLog:
+    """The emulator as the engine sees it, logging the calls that order the command queues:
+    (what, queue, detail) for uploads (detail: the target buffer), event records and waits (the
+    event), staging copies, trace replays (the trace id) and device reads. A test may drop the
+    event waits issued on one queue (`drop_waits_on`), to see the race the emulator then reports.
+    """
+
+    def __init__(self, ttnn) -> None:
+        self._ttnn = ttnn
+        self.log: list[tuple[str, int, object]] = []
+        self.drop_waits_on: int | None = None
+
+    def __getattr__(self, name):
+        return getattr(self._ttnn, name)
+
+    def copy_host_to_device_tensor(self, host, device_tensor, cq_id=None):
+        self.log.append(("upload", cq_id or 0, device_tensor))
+        return self._ttnn.copy_host_to_device_tensor(host, device_tensor, cq_id=cq_id)
+
+    def record_event(self, device, cq_id, *args, **kwargs):
+        event = self._ttnn.record_event(device, cq_id, *args, **kwargs)
+        self.log.append(("record", cq_id, event))
+        return event
+
+    def wait_for_event(self, cq_id, event):
+        if cq_id != self.drop_waits_on:
+            self.log.append(("wait", cq_id, event))
+            self._ttnn.wait_for_event(cq_id, event)
+
+    def copy(self, source, target):
+        self.log.append(("copy", 0, target))
+        return self._ttnn.copy(source, target)
+
+    def execute_trace(self, device, trace_id, *, cq_id=0, blocking=True):
+        self.log.append(("replay", cq_id, trace_id))
+        return self._ttnn.execute_trace(device, trace_id, cq_id=cq_id, blocking=blocking)
+
+    def to_torch(self, tensor, *args, **kwargs):
+        if tensor.device() is not None:
+            self.log.append(("read", 0, tensor))
+        return self._ttnn.to_torch(tensor, *args, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def host_reference(emulator, sharp_prompt_model, tokenizer):
     """The host prompt path on the emulated chip's image features (eager image path)."""
@@ -94,24 +140,6 @@ def chip_engine(emulator, model, tokenizer):
     return TtnnEngine(model, tokenizer, ttnn_module=emulator, prompt_path="chip", max_prompts=len(PROMPTS))
 
 
-def test_chip_prompt_path_matches_the_host_prompt_path(
-    emulator, sharp_prompt_model, tokenizer, host_reference
-):
-    """Warm-up compiles the prompt buckets before the image trace is captured, so the traced
-    image path and the chip prompt path run frame after frame (the emulator refuses a replay
-    after a late compile)."""
-    with chip_engine(emulator, sharp_prompt_model, tokenizer) as engine:
-        engine.warmup()
-        assert engine.image_encoder.captured
-        assert "chip: class token, fusion encoder, decoder" in engine.prompt_path.describe()["device"]
-        decoded(engine, PROMPTS[:1])  # another bucket than the reference's, after the capture
-        got = decoded(engine, PROMPTS, host_reference["best"])
-    score_error = np.abs(got["scores"] - host_reference["scores"]).max()
-    mask_pcc = pcc(got["masks"], host_reference["masks"])
-    print(f"chip prompt path vs host: scores within {score_error:.5f}, mask logits PCC {mask_pcc:.5f}")
-    assert not gate_failures(got, host_reference)
-
-
 def test_negative_control_swapped_key_value_fails_the_gate(
     emulator, sharp_prompt_model, tokenizer, host_reference
 ):
@@ -125,23 +153,52 @@ def test_negative_control_swapped_key_value_fails_the_gate(
     assert failures
 
 
-def test_more_prompts_than_warmed_up_is_a_clear_error(emulator, tiny_model, tokenizer):
+# The tests below share one warmed-up engine (warm_engine, built at its first use and kept to
+# the end of the module): they must come after every test that opens its own engine, since
+# opening one resets the emulator, which would close the shared engine's chip.
+
+
+@pytest.fixture(scope="module")
+def warm_engine(emulator, sharp_prompt_model, tokenizer, host_reference):
+    """The chip prompt path warmed up as the node serves it, on the queue-logging emulator."""
+    engine = chip_engine(QueueLog(emulator), sharp_prompt_model, tokenizer)
+    engine.warmup()
+    yield engine
+    engine.close()
+
+
+@pytest.mark.timeout(600)  # the first test on warm_engine pays for building and warming it up
+def test_chip_prompt_path_matches_the_host_prompt_path(warm_engine, host_reference):
+    """Warm-up compiles the prompt buckets before the image trace is captured, so the traced
+    image path and the chip prompt path run frame after frame (the emulator refuses a replay
+    after a late compile)."""
+    engine = warm_engine
+    assert engine.image_encoder.captured
+    assert "chip: class token, fusion encoder, decoder" in engine.prompt_path.describe()["device"]
+    decoded(engine, PROMPTS[:1])  # another bucket than the reference's, after the capture
+    got = decoded(engine, PROMPTS, host_reference["best"])
+    score_error = np.abs(got["scores"] - host_reference["scores"]).max()
+    mask_pcc = pcc(got["masks"], host_reference["masks"])
+    print(f"chip prompt path vs host: scores within {score_error:.5f}, mask logits PCC {mask_pcc:.5f}")
+    assert not gate_failures(got, host_reference)
+
+
+def test_more_prompts_than_warmed_up_is_a_clear_error(warm_engine):
     from tt_sam3_ros.engines.base import EngineError
 
-    with chip_engine(emulator, tiny_model, tokenizer) as engine:
-        state = engine.encode_image(pixels())
-        with pytest.raises(EngineError, match="4 prompts: this engine was warmed up for at most 3"):
-            engine.decode(state, engine.encode_prompts(["a", "b", "c", "d"]))
+    engine = warm_engine
+    state = engine.encode_image(pixels())
+    with pytest.raises(EngineError, match="4 prompts: this engine was warmed up for at most 3"):
+        engine.decode(state, engine.encode_prompts(["a", "b", "c", "d"]))
 
 
-def test_segmenter_finds_the_torch_engines_instances(emulator, sharp_prompt_model, tokenizer, rgb_image):
+def test_segmenter_finds_the_torch_engines_instances(warm_engine, sharp_prompt_model, tokenizer, rgb_image):
     from tt_sam3_ros.engines.torch_engine import TorchEngine
     from tt_sam3_ros.segmenter import Sam3Segmenter
 
     reference = Sam3Segmenter(TorchEngine(copy.deepcopy(sharp_prompt_model), tokenizer, device="cpu"))
     want = reference(rgb_image, PROMPTS, threshold=0.0, max_instances=12)
-    with chip_engine(emulator, sharp_prompt_model, tokenizer) as engine:
-        got = Sam3Segmenter(engine)(rgb_image, PROMPTS, threshold=0.0, max_instances=6)
+    got = Sam3Segmenter(warm_engine)(rgb_image, PROMPTS, threshold=0.0, max_instances=6)
     assert len(got.instances) == 6 and len(want.instances) == 12
     scores = np.abs(np.array([i.score for i in got.instances]) - [i.score for i in want.instances[:6]]).max()
     # Queries whose scores lie within the tolerance may trade places (here all six do), so each
@@ -157,3 +214,114 @@ def test_segmenter_finds_the_torch_engines_instances(emulator, sharp_prompt_mode
 def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     union = np.count_nonzero(a | b)
     return np.count_nonzero(a & b) / union if union else 1.0
+
+
+# Two command queues: frame N+1 uploaded while frame N is in flight (Engine.prefetch) ----------
+
+
+def video() -> list[np.ndarray]:
+    """Two 240x320 frames that differ (a bright square moves), as a video gives them."""
+    rows, cols = np.mgrid[0:240, 0:320]
+    picture = np.stack([rows % 256, cols % 256, (rows + cols) % 256], axis=-1).astype(np.uint8)
+    picture[60:140, 100:220] = (250, 30, 30)
+    return [np.roll(picture, 60 * shift, axis=1) for shift in range(2)]
+
+
+STREAM_SETTINGS = {"threshold": 0.0, "max_instances": 4}
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(warm_engine):
+    """Each frame of `video` through one segmenter call (nothing overlaps): the results, and the
+    image trace's coarse FPN map read after each."""
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+
+    segmenter, results, maps = Sam3Segmenter(warm_engine), [], []
+    for frame in video():
+        results.append(segmenter(frame, PROMPTS[:1], **STREAM_SETTINGS))
+        maps.append(warm_engine.ttnn.to_torch(warm_engine._trace.outputs[COARSE]))
+    return results, maps
+
+
+def queue_events(engine) -> list[str]:
+    """The engine's queue log in words ("cq1 upload staging", "cq0 replay image", ...), a run of
+    reads as one "cq0 read"."""
+    trace = engine.image_encoder._trace
+    names = {id(trace.trace_id): "image"}
+    names.update({id(t.trace_id): "prompt" for t in engine.prompt_path.prompts.traces.values()})
+    buffers = {id(trace.staging[0]): "staging", id(trace.inputs[0]): "image input"}
+    words = []
+    for what, queue, detail in engine.ttnn.log:
+        if what == "wait":
+            word = f"cq{queue} wait cq{detail.cq_id}"
+        elif what == "replay":
+            word = f"cq{queue} replay {names.get(id(detail), '?')}"
+        elif what == "upload":
+            word = f"cq{queue} upload {buffers.get(id(detail), 'prompts')}"
+        else:
+            word = f"cq{queue} {what}"
+        if not (word == "cq0 read" and words and words[-1] == word):
+            words.append(word)
+    return words
+
+
+def test_the_next_frame_uploads_on_queue_1_while_this_one_runs(warm_engine, one_at_a_time):
+    """segment_stream: frame N+1 goes up on queue 1 into the staging buffer after frame N's image
+    replay and before frame N's prompt replay and reads; queue 1 waits only for frame N's staging
+    copy (the op event, recorded before N's image replay), queue 0 waits for the upload (the
+    write event) before copying it in and replaying N+1's image trace, after N's reads; N+1 is
+    not uploaded again. The emulator raises on any cross-queue race on the way, and each frame's
+    instances equal the one-call-per-frame ones bit for bit."""
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+
+    engine, (want, _) = warm_engine, one_at_a_time
+    engine.ttnn.log.clear()
+    streamed = list(Sam3Segmenter(engine).segment_stream(video(), PROMPTS[:1], **STREAM_SETTINGS))
+    assert [r.instances for r in streamed] == [r.instances for r in want]
+    assert want[0].instances != want[1].instances  # the frames are told apart
+    copy_in = ["cq0 wait cq1", "cq0 copy", "cq0 record", "cq0 replay image"]
+    upload = ["cq1 wait cq0", "cq1 upload staging", "cq1 record"]
+    first_frame = [*upload, *copy_in, *upload, "cq0 replay prompt", "cq0 read"]
+    assert queue_events(engine) == [*first_frame, *copy_in, "cq0 replay prompt", "cq0 read"]
+    log = engine.ttnn.log
+    records = [detail for what, _, detail in log if what == "record"]
+    waits = [detail for what, _, detail in log if what == "wait"]
+    # Waits in order: upload A (an older op event), copy A in, upload B, copy B in.
+    assert waits[1] is records[0] and waits[2] is records[1] and waits[3] is records[2]
+
+
+def test_a_frame_other_than_the_prefetched_one_is_uploaded_as_usual(warm_engine, one_at_a_time):
+    from tt_sam3_ros import preprocess
+
+    engine, (_, maps) = warm_engine, one_at_a_time
+    first, second = (preprocess.resize_to_model(frame) for frame in video())
+    engine.prefetch(first)  # staged, then never asked for
+    engine.encode_image(second)
+    got = engine.ttnn.to_torch(engine._trace.outputs[COARSE])
+    assert torch.equal(got, maps[1]) and not torch.equal(maps[0], maps[1])
+
+
+def test_the_emulator_refuses_a_prefetch_without_its_waits_or_out_of_order(warm_engine):
+    """Negative controls, each a race or a clobbered read the emulator reports (a chip would
+    corrupt the frame silently): the copy-in without waiting for the upload; frame N+1's image
+    replay before frame N's reads (it overwrites what frame N's prompt trace left for them);
+    the upload without waiting for the copy-out (nothing read back since, so only the op event
+    orders the queues)."""
+    engine, queues = warm_engine, warm_engine.ttnn
+    upcoming = pixels()
+    engine.prefetch(upcoming)
+    queues.drop_waits_on = 0
+    with pytest.raises(queues.EmulatorError, match="race on"):
+        engine.encode_image(upcoming)
+    queues.drop_waits_on = None
+    state = engine.prompt_path.image_features(engine._trace.outputs)  # the last frame's buffers
+    batch = engine.decode(state, engine.encode_prompts(PROMPTS[:1]))
+    engine.encode_image(pixels())  # too early: this frame's masks are not read yet
+    with pytest.raises(queues.EmulatorError, match="overwritten by a replay"):
+        engine.fetch_masks(batch, np.array([0]), np.array([0]))
+    queues.drop_waits_on = 1
+    try:
+        with pytest.raises(queues.EmulatorError, match="race on"):
+            engine.prefetch(pixels())
+    finally:
+        queues.drop_waits_on = None
