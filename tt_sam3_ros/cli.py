@@ -13,6 +13,7 @@ DIR/<video>.jsonl (one line per frame: its instances with their mask ids and tra
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import sys
@@ -201,7 +202,7 @@ def _run_track(args: argparse.Namespace) -> int:
 
     from .prompts import validate_prompts
     from .segmenter import Sam3Segmenter, check_settings
-    from .tracking import Sam3Tracker, check_tracking_settings
+    from .tracking import InstanceTracker, check_tracking_settings
     from .video import TrackWriter, frames, probe
 
     # Everything a user can get wrong is checked before the (slow) model load.
@@ -235,12 +236,18 @@ def _run_track(args: argparse.Namespace) -> int:
         writer.discard()  # no model, no frames: leave no empty results behind
         raise
     with writer, segmenter:
-        tracker = Sam3Tracker(segmenter, max_age_s=args.max_age_s, min_iou=args.min_iou)
+        tracker = InstanceTracker(max_age_s=args.max_age_s, min_iou=args.min_iou)
         count, ids = 0, set()
         progress = tqdm(frames(args.video), total=info.frame_count or None, unit="frame", desc="tracking")
-        for index, rgb in progress:
+        # segment_stream reads a frame ahead (frame N+1 goes to the engine while frame N runs);
+        # the tee keeps each frame for the writer until its result comes.
+        for_engine, for_writer = itertools.tee(progress)
+        pictures = (rgb for _, rgb in for_engine)
+        settings = {"threshold": args.threshold, "max_instances": args.max_instances}
+        results = segmenter.segment_stream(pictures, prompts, **settings)
+        for (index, rgb), segmented in zip(for_writer, results, strict=True):
             time_s = index / info.fps
-            result = tracker(rgb, prompts, time_s, threshold=args.threshold, max_instances=args.max_instances)
+            result = tracker.update(segmented, time_s)
             writer.write(index, time_s, rgb, result, **extra)
             ids.update(i.track_id for i in result.instances)
             count += 1
