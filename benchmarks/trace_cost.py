@@ -27,6 +27,12 @@ the device opened. What the model assumes, so its numbers are read for what they
   kernel does;
 - ops do not overlap, and an op reaches its roofline (no dispatch, no launch cost): a floor
   for the code as written, not a prediction of a chip's latency.
+
+A frame of a stream also uploads its pixels (the resized uint8 square, TtnnEngine._host_input),
+priced at the PCIe link rate (a ceiling on the driver's transfer, which only a chip can show).
+One frame at a time, the upload comes before the traces (sequential: the sum); with two command
+queues and Sam3Segmenter.segment_stream, frame N+1's upload runs on queue 1 during frame N's
+traces and mask read (pipelined: the longer of the two), stream_frame_seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tt_sam3_ros.engines.base import MODEL_SIDE
 
 #: p150a matrix peak at 120 Tensix cores, TFLOP/s, by math fidelity (DESIGN.md 5; HiFi3 is
 #: LoFi / 3 passes by the same rule: LoFi 1, HiFi2 2, HiFi4 4 passes).
@@ -51,6 +59,10 @@ GOAL_MS = 40.0
 #: Issue 12's goals beside it: each prompt beyond the first, and camera frame to published mask.
 EXTRA_PROMPT_GOAL_MS = 3.0
 FRAME_TO_MASK_GOAL_MS = 50.0
+#: PCIe 5.0 x16 (DESIGN.md 5), one direction: 32 GT/s x 16 lanes x 128/130 line code / 8 bits.
+PCIE_GBPS = 32.0 * 16 * 128 / 130 / 8
+#: One frame's upload: the resized uint8 RGB square the image trace takes (1008 x 1008 x 3 B).
+FRAME_UPLOAD_BYTES = MODEL_SIDE * MODEL_SIDE * 3
 TILE = 32
 BYTES_PER_VALUE = {
     "BFLOAT16": 2.0,
@@ -94,6 +106,18 @@ class OpCost:
     @property
     def stage_label(self) -> str:
         return stage_label(self.stage, self.windowed)
+
+
+def upload_seconds(nbytes: float = FRAME_UPLOAD_BYTES, gbps: float = PCIE_GBPS) -> float:
+    """Host-to-device time of `nbytes` at `gbps` (the link rate by default: a floor)."""
+    return nbytes / (gbps * 1e9)
+
+
+def stream_frame_seconds(upload_s: float, device_s: float, pipelined: bool) -> float:
+    """Per-frame time of a stream of frames: the upload, then the device work (traces and mask
+    read) when one frame is done at a time; the longer of the two when frame N+1's upload runs
+    on the second command queue during frame N's device work."""
+    return max(upload_s, device_s) if pipelined else upload_s + device_s
 
 
 def stage_label(stage: str, windowed: bool | None) -> str:

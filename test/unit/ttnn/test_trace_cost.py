@@ -242,3 +242,14 @@ def test_matmul_with_transposed_b_counts_the_rows_of_b():
         _op("matmul", [queries, pixels], [_tensor((1, 224, 82944))], "HIFI2", transpose_b=True)
     )
     assert cost.flops == 2 * 224 * 256 * 82944
+
+
+def test_a_pipelined_stream_frame_hides_the_upload_behind_the_device_work():
+    """One frame at a time a stream pays the upload and the device work; with frame N+1's upload
+    on the second queue during frame N's work, only the longer of the two."""
+    upload = trace_cost.upload_seconds()
+    assert trace_cost.FRAME_UPLOAD_BYTES == 1008 * 1008 * 3
+    assert upload == pytest.approx(3_048_192 / 63.015e9, rel=1e-4)
+    assert trace_cost.stream_frame_seconds(0.002, 0.030, pipelined=False) == pytest.approx(0.032)
+    assert trace_cost.stream_frame_seconds(0.002, 0.030, pipelined=True) == pytest.approx(0.030)
+    assert trace_cost.stream_frame_seconds(0.050, 0.030, pipelined=True) == pytest.approx(0.050)
