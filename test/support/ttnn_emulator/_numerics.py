@@ -23,6 +23,7 @@ from ._types import DataType
 BFP_BLOCK = 16
 _MANTISSA_SHIFT = 17  # 24-bit float significand -> 7 bits
 _TIE = 1 << (_MANTISSA_SHIFT - 1)
+_SIGN_BIT = -(1 << 31)  # 0x80000000 as an int32
 
 
 def quantize_bfloat8_b(values: torch.Tensor) -> torch.Tensor:
@@ -41,21 +42,24 @@ def quantize_bfloat8_b(values: torch.Tensor) -> torch.Tensor:
     pad = (-width) % BFP_BLOCK
     if pad:
         rows = F.pad(rows, (0, pad))
-    bits = rows.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    bits = bits.reshape(-1, BFP_BLOCK)
-    exponent = (bits >> 23) & 0xFF
+    # int32 throughout (the weights of the full-size model are 300 M values): sign, exponent and
+    # significand by masks and shifts, the largest exponent of each block of 16, the shift to it.
+    bits = rows.contiguous().view(torch.int32).reshape(-1, BFP_BLOCK)
+    magnitude_bits = bits & 0x7FFFFFFF
+    exponent = magnitude_bits >> 23
     shared = exponent.amax(dim=1, keepdim=True)
-    significand = (bits & 0x7FFFFF) | 0x800000
-    significand = torch.bitwise_right_shift(significand, (shared - exponent).clamp(max=63))
-    remainder = significand & ((1 << _MANTISSA_SHIFT) - 1)
-    mantissa = significand >> _MANTISSA_SHIFT
-    round_up = (remainder > _TIE) | ((remainder == _TIE) & ((mantissa & 1) == 1))
-    mantissa = (mantissa + round_up.to(torch.int64)).clamp(max=127)
-    mantissa = torch.where((bits & 0x7FFFFFFF) == 0, torch.zeros_like(mantissa), mantissa)
-    negative = ((bits >> 31) == 1) & (mantissa > 0)
-    # value = mantissa * 2^(shared - 127 - 6); double keeps every step exact.
-    magnitude = mantissa.to(torch.float64) * torch.exp2(shared.to(torch.float64) - 133.0)
-    decoded = torch.where(negative, -magnitude, magnitude).to(torch.float32)
+    shift = exponent.neg_().add_(shared).clamp_(max=31)  # past 23 every bit is gone anyway
+    significand = (magnitude_bits & 0x7FFFFF).bitwise_or_(0x800000).bitwise_right_shift_(shift)
+    # Round to nearest, ties to even: add just under a half plus the kept lowest bit, then cut.
+    lowest = significand.bitwise_right_shift(_MANTISSA_SHIFT).bitwise_and_(1)
+    mantissa = significand.add_(lowest).add_(_TIE - 1).bitwise_right_shift_(_MANTISSA_SHIFT).clamp_(max=127)
+    mantissa.masked_fill_(magnitude_bits == 0, 0)
+    # value = mantissa * 2^(shared - 127 - 6): a 7-bit integer times a power of two (2^-133 is
+    # a float32 subnormal), exact in float32; a product past the largest float32 is inf.
+    scale = torch.exp2(shared.to(torch.float64) - 133.0).to(torch.float32)
+    decoded = mantissa.to(torch.float32).mul_(scale)
+    sign = (bits & _SIGN_BIT).masked_fill_(mantissa == 0, 0)  # a value rounded to zero is +0
+    decoded.view(torch.int32).bitwise_or_(sign)
     decoded = decoded.reshape(rows.shape)[:, :width]
     return decoded.reshape(shape)
 
