@@ -263,7 +263,8 @@ def box_bias(
        position p and each box edge e, the two halves relu(+-8 (p / size - e)) in a 32-wide
        group (sign(d) log(1 + |d|) = log1p(relu(d)) - log1p(relu(-d)): no sign or abs op).
     2. log1p, then a reshape to (B, Q * 2 * positions, 32) rows (a copy).
-    3. box_rpb_embed_y and _x as one 2-layer MLP: the first layer's weights are block-diagonal
+    3. box_rpb_embed_y and _x as one 2-layer MLP (its hidden layer in settings.box_bias_hidden):
+       the first layer's weights are block-diagonal
        (y rows read the y columns, x rows the x columns; the signs and 1 / ln 8 folded in), and
        the second layer's bias makes the y row's plus the x row's constants sum to transformers'.
     4. A view to (B, Q, 2 * positions, H), a permute to (B, H, Q, 2 * positions), the
@@ -285,7 +286,7 @@ def box_bias(
     ttnn.deallocate(halves)
     per_position = ttnn.reshape(logs, (batch, rows * spans, TILE))
     ttnn.deallocate(logs)
-    embedded = decoder_mlp(ttnn, per_position, w, "rpb", 2, settings)
+    embedded = decoder_mlp(ttnn, per_position, w, "rpb", 2, settings, hidden_dtype=settings.box_bias_hidden)
     ttnn.deallocate(per_position)
     grid = ttnn.reshape(embedded, (batch, rows, spans, heads))
     by_head = ttnn.permute(grid, (0, 3, 1, 2), memory_config=settings.memory)

@@ -46,13 +46,16 @@ def decoder_mlp(
     layers: int,
     settings: DeviceSettings,
     last_activation: str | None = None,
+    hidden_dtype: Any = None,
 ) -> Any:
     """Sam3DecoderMLP (``name.layer1`` ... ``name.layer{layers}``): relu fused after all but the
-    last linear (and `last_activation` after that one); leaves x allocated."""
+    last linear (and `last_activation` after that one), the hidden layers in `hidden_dtype`
+    (bfloat16 by default); leaves x allocated."""
     out = x
     for index in range(1, layers + 1):
         activation = "relu" if index < layers else last_activation
-        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation)
+        dtype = hidden_dtype if index < layers else None
+        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation, dtype=dtype)
         if out is not x:
             ttnn.deallocate(out)
         out = step
