@@ -127,20 +127,28 @@ def test_one_replay_per_frame_sees_the_new_pixels(engine, sharp_model):
 
 
 def test_the_next_frame_uploads_while_the_current_one_replays(engine):
-    """The pipelined order a caller can use (stage frame N+1 before reading frame N's maps) serves
-    each frame the maps it gets one frame at a time, and the emulator sees no queue race."""
+    """TtnnEngine.prefetch of frame N+1 after frame N's replay and before its maps are read
+    (queue 1 uploads while queue 0 replays) serves each frame the maps it gets one frame at a
+    time, the prefetched frame is replayed without a second upload, and the emulator sees no
+    queue race."""
     from tt_sam3_ros.engines.ttnn_model.neck import level_sides
 
-    encoder, sides = engine.image_encoder, level_sides(engine.config)
+    sides = level_sides(engine.config)
     frames = [random_pixels(seed) for seed in (20, 21, 22)]
     one_at_a_time = [[f.clone() for f in engine.encode_vision(p).fpn_hidden_states] for p in frames]
-    encoder.stage(engine._host_input(frames[0]))
-    for index in range(len(frames)):
-        outputs = encoder.replay()
-        if index + 1 < len(frames):
-            encoder.stage(engine._host_input(frames[index + 1]))  # up on queue 1 during the replay
-        maps = [engine._read_level(t, side) for t, side in zip(outputs[: len(sides)], sides, strict=True)]
-        assert all(torch.equal(a, b) for a, b in zip(maps, one_at_a_time[index], strict=True)), index
+    uploads, trace = [], engine._trace
+    stage = trace.stage
+    trace.stage = lambda *host_inputs: uploads.append(host_inputs) or stage(*host_inputs)
+    try:
+        for index, frame in enumerate(frames):
+            outputs = engine._run_image_path(frame)
+            if index + 1 < len(frames):
+                engine.prefetch(frames[index + 1])  # up on queue 1 while frame N replays
+            maps = [engine._read_level(t, side) for t, side in zip(outputs[: len(sides)], sides, strict=True)]
+            assert all(torch.equal(a, b) for a, b in zip(maps, one_at_a_time[index], strict=True)), index
+    finally:
+        del trace.stage
+    assert len(uploads) == len(frames)  # one upload per frame: a prefetched one is not sent again
 
 
 def test_trace_replay_equals_eager(engine, emulator, sharp_model, tokenizer):
