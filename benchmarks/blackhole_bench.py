@@ -351,8 +351,9 @@ def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> None:
     report.table(["stage", "blocks", "ops", *(f"P={p} ms" for p in counts)], rows)
     print(
         "the sequence ChipPromptPath replays (benchmarks/prompt_trace.py), ops at P=1 (each stage issues "
-        "as many for every P); the mask read runs after the replay, outside the trace, on the kept "
-        "rows (32 per prompt); nothing of the prompt path is left unported"
+        "as many for every P); the top-k keeps k = "
+        f"{prompt_trace.kept(shapes)} queries per prompt (the engine's default); the mask read runs after "
+        "the replay, outside the trace, on those k rows; nothing of the prompt path is left unported"
     )
     image = sum(c.seconds for c in trace_cost.price_all(image_ops))
     one = totals[counts[0]]["trace"] + totals[counts[0]]["read"]

@@ -30,8 +30,10 @@ class DelegatingEngine:
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
         return self.inner.encode_prompts(prompts)
 
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
-        return self.inner.decode(image_state, prompt_states)
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
+        return self.inner.decode(image_state, prompt_states, max_instances)
 
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
@@ -52,8 +54,10 @@ class RecordingEngine(DelegatingEngine):
         super().__init__(inner)
         self.last_decoded: DecodedBatch | None = None
 
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
-        self.last_decoded = self.inner.decode(image_state, prompt_states)
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
+        self.last_decoded = self.inner.decode(image_state, prompt_states, max_instances)
         return self.last_decoded
 
 
@@ -87,7 +91,9 @@ class CannedEngine:
     def encode_prompts(self, prompts: list[str]) -> list[None]:
         return [None] * len(prompts)
 
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
         return self.decoded
 
     def fetch_masks(

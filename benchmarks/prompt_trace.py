@@ -5,11 +5,14 @@ prompt bucket; ``run_sequence`` issues its ``_forward`` call for call on shape-o
 prompts in one replay: the class-token tile placed into the prompt tokens, 6 fusion-encoder layers
 (the first one's self-attention once, repeated to the P prompts), the decoder's image keys, the decoder stack
 (6 layers with their glue: query positions, box bias, box refinement), the pooling weights,
-scoring, the segmentation head's prompt cross-attention and pixel decoder, the mask embeddings.
-``mask_read`` adds what fetch_masks runs after the replay, outside the trace: a one-hot pick of
-MASK_ROWS kept rows per prompt and their mask logits at 288 x 288. Nothing of the prompt path is
-left unported; between the replay and the mask read the host reads the scores and picks the kept
-rows (a PCIe round trip this model does not price). test/unit/ttnn/test_prompt_trace_cost.py holds
+scoring, the top-k selection of the k = ``kept`` best queries per prompt with their logits,
+presence and boxes gathered, the mask embeddings of every row and the kept rows' gathered, and the
+segmentation head's prompt cross-attention and pixel decoder. ``mask_read`` adds what fetch_masks
+runs after the replay, outside the trace, in the common case (max_instances <= k): the k kept
+rows' mask logits at 288 x 288. The fallback of a call asking for more than k instances (every
+query read back, MASK_ROWS rows per prompt per mask read) is not priced. Nothing of the prompt path
+is left unported; between the replay and the mask read the host reads the kept rows and picks the
+instances (a PCIe round trip this model does not price). test/unit/ttnn/test_prompt_trace_cost.py holds
 run_sequence to ChipPromptPath._forward: on the tiny model both issue the same ops on the same
 shapes, so a change to the engine that this file does not follow fails there.
 
@@ -101,11 +104,12 @@ class PromptShapes:
 
 
 def kept(shapes: PromptShapes) -> int:
-    """Queries kept per prompt by the on-device selection: the segmenter's default max_instances."""
+    """Queries kept per prompt by the on-device selection: the engine's default k (KEPT_QUERIES,
+    the segmenter's default max_instances), at most the query count."""
+    from tt_sam3_ros.engines.ttnn_model.prompt_path import KEPT_QUERIES
     from tt_sam3_ros.engines.ttnn_model.selection import kept_count
-    from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES
 
-    return kept_count(DEFAULT_MAX_INSTANCES, shapes.queries)
+    return kept_count(KEPT_QUERIES, shapes.queries)
 
 
 def model_config(size: str) -> Any:
@@ -188,10 +192,11 @@ def run_sequence(
     torch's meta device when `meta`); returns _forward's outputs."""
     import torch
 
-    from tt_sam3_ros.engines.ttnn_model import decoder, fusion_encoder, scoring, segmentation_head
+    from tt_sam3_ros.engines.ttnn_model import decoder, fusion_encoder, scoring, segmentation_head, selection
     from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape
     from tt_sam3_ros.engines.ttnn_model.config import TILE, device_settings
     from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig
+    from tt_sam3_ros.engines.ttnn_model.prompt_path import gather_float32_rows, gather_presence
 
     settings = device_settings(ttnn, device)
     where = "meta" if meta else "cpu"
@@ -219,6 +224,7 @@ def run_sequence(
     class_tile, features = zeros(1, TILE, c), zeros(p, t, c)
     image_mask, query_mask, pool_mask = zeros(p, 1, s, t), zeros(p, 1, q, t), zeros(p, 1, 1, t)
     position, placement, selector = zeros(1, s, c), zeros(1, t, TILE), zeros(p, q, q)
+    candidates, row_index = zeros(1, 1, q), zeros(1, 1, q)
 
     # ChipPromptPath._forward, call for call.
     placed = ttnn.matmul(
@@ -253,6 +259,15 @@ def run_sequence(
     )
     presence = scoring.presence_logits(ttnn, stack.hidden, weights["scoring"], scoring_config, settings)
     scores = scoring.detection_scores(ttnn, logits, presence, selector, settings)
+    values, indices, flags = selection.top_queries(ttnn, scores, candidates, kept(shapes), 0.0, settings)
+    for tensor in (scores, values, flags):
+        ttnn.deallocate(tensor)
+    pick = selection.selection_matrix(ttnn, indices, row_index, settings)
+    kept_logits = selection.gather_rows(ttnn, pick, logits, settings)
+    kept_presence = gather_presence(ttnn, pick, presence, selector, settings)
+    high, low = gather_float32_rows(ttnn, pick, stack.boxes[-1], settings)
+    embeddings = segmentation_head.mask_embeddings(ttnn, stack.queries[-1], weights["head"], settings)
+    kept_embeddings = selection.gather_rows(ttnn, pick, embeddings, settings)
     attended = segmentation_head.prompt_cross_attention(
         ttnn,
         encoded,
@@ -274,34 +289,23 @@ def run_sequence(
         {},
         ttnn.bfloat8_b,
     )
-    embeddings = segmentation_head.mask_embeddings(ttnn, stack.queries[-1], weights["head"], settings)
-    return [logits, presence, stack.boxes[-1], scores, embeddings, pixels]
+    return [
+        *(kept_logits, kept_presence, high, low, indices, kept_embeddings, pixels),
+        *(logits, presence, stack.boxes[-1], embeddings),
+    ]
 
 
 def mask_read(
     ttnn: Any, device: Any, shapes: PromptShapes, prompts: int, weights: dict, outputs: list, meta: bool
 ):
-    """After the replay, ChipPromptPath._mask_rows: a one-hot pick of MASK_ROWS kept rows per
-    prompt from the mask embeddings, then their mask logits; returns the logits."""
-    import torch
-
+    """After the replay, ChipPromptPath._kept_mask_logits: the mask logits of the k kept rows of
+    each prompt (their embeddings are the trace's); returns the logits."""
     from tt_sam3_ros.engines.ttnn_model import segmentation_head
     from tt_sam3_ros.engines.ttnn_model.config import device_settings
-    from tt_sam3_ros.engines.ttnn_model.prompt_path import MASK_ROWS
 
     settings = device_settings(ttnn, device)
-    embeddings, pixels = outputs[4], outputs[5]
-    pick = ttnn.from_torch(
-        torch.zeros(prompts, MASK_ROWS, shapes.rows, device="meta" if meta else "cpu"),
-        dtype=ttnn.bfloat16,
-        layout=ttnn.TILE_LAYOUT,
-        device=device,
-        memory_config=ttnn.DRAM_MEMORY_CONFIG,
-    )
-    chosen = ttnn.matmul(
-        pick, embeddings, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
-    )
-    return segmentation_head.mask_logits(ttnn, chosen, pixels, weights["head"], settings)
+    embeddings, pixels = outputs[5], outputs[6]
+    return segmentation_head.mask_logits(ttnn, embeddings, pixels, weights["head"], settings)
 
 
 def record(

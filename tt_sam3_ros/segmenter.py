@@ -237,7 +237,7 @@ class Sam3Segmenter:
         with _timed(timing, "text_encoder"):
             prompt_states = self._prompt_states(prompts)
         with _timed(timing, "decoder"):
-            decoded = self.engine.decode(image_state, prompt_states)
+            decoded = self.engine.decode(image_state, prompt_states, max_instances)
         with _timed(timing, "postprocess"):
             result = self._instances(decoded, prompts, frame.rgb.shape[:2], threshold, max_instances)
         result.timing_ms = {**timing, "total": sum(timing.values())}

@@ -31,10 +31,21 @@ def segmenter(tiny_model, tokenizer):
     return Sam3Segmenter(TorchEngine(tiny_model, tokenizer, device="cpu", dtype="float32"))
 
 
-@pytest.fixture
-def rgb_image() -> np.ndarray:
+def structured_picture() -> np.ndarray:
     """A 240x320 uint8 RGB picture with structure (gradients and a bright square)."""
     rows, cols = np.mgrid[0:240, 0:320]
     image = np.stack([rows % 256, cols % 256, (rows + cols) % 256], axis=-1).astype(np.uint8)
     image[60:140, 100:220] = (250, 30, 30)
     return image
+
+
+@pytest.fixture
+def rgb_image() -> np.ndarray:
+    """structured_picture(), a fresh copy per test."""
+    return structured_picture()
+
+
+@pytest.fixture(scope="module")
+def module_rgb_image() -> np.ndarray:
+    """structured_picture() for module-scoped fixtures (which must not change it)."""
+    return structured_picture()

@@ -113,7 +113,9 @@ class ScriptedEngine:
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
         return list(prompts)
 
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
         return self.decoded
 
     def fetch_masks(

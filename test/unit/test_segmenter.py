@@ -32,9 +32,9 @@ class CountingEngine:
         self.calls["encode_prompts"].append(list(prompts))
         return self.inner.encode_prompts(prompts)
 
-    def decode(self, image_state, prompt_states):
+    def decode(self, image_state, prompt_states, max_instances=None):
         self.calls["decode"] += 1
-        return self.inner.decode(image_state, prompt_states)
+        return self.inner.decode(image_state, prompt_states, max_instances)
 
     def fetch_masks(self, decoded, prompt_index, query_index):
         return self.inner.fetch_masks(decoded, prompt_index, query_index)
@@ -198,9 +198,9 @@ class OrderEngine(TorchEngine):
         self.log.append(("prefetch", id(pixels)))
         super().prefetch(pixels)
 
-    def decode(self, image_state, prompt_states):
+    def decode(self, image_state, prompt_states, max_instances=None):
         self.log.append(("decode", 0))
-        return super().decode(image_state, prompt_states)
+        return super().decode(image_state, prompt_states, max_instances)
 
     def fetch_masks(self, decoded, prompt_index, query_index):
         self.log.append(("fetch_masks", 0))

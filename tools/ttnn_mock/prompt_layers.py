@@ -12,12 +12,13 @@ run once under a NO_DISPATCH graph capture, for their per-core peak L1 (the repo
 The real library then validates every call (shapes, layouts, dtypes, SDPA chunks and masks),
 picks its program factories and sizes their circular buffers against the real allocator.
 Then the composed path the engine replays: ChipPromptPath.compile itself (every bucket's
-_forward, 1 and 4 prompts, each with a _mask_rows read after it) on the engine's PromptBuffers and
-device buffers shaped like the image trace's outputs (four FPN maps and the class tile); then, for
-each bucket, the same forward and mask read again with one NO_DISPATCH graph capture per stage
-(the report's "stage_peaks": between modules, fusion encoder, decoder, scoring, segmentation
-head, mask read; StageCaptures); and a class tile of the wrong height that the library must
-refuse (so the check can fail).
+_forward, 1 and 4 prompts, each with both mask reads after it: the kept rows' and the fallback's
+_mask_rows) on the engine's PromptBuffers and device buffers shaped like the image trace's outputs
+(four FPN maps and the class tile); then, for each bucket, the same forward and both mask reads
+again with one NO_DISPATCH graph capture per stage (the report's "stage_peaks": between modules,
+fusion encoder, decoder, scoring, on-device selection, segmentation head, mask read;
+StageCaptures); and a class tile of the wrong height that the library must refuse (so the check
+can fail).
 
 Two halves, as tools/ttnn_mock/image_path.py has: ``write_manifest`` runs where torch is (the
 weights' names, roles and shapes from prompt_weights' own preparation of transformers' modules),
@@ -61,7 +62,15 @@ PEAK_STAGES = ("query_position", "box_bias", "decoder_stack", "pixel_decoder", "
 #: keyed tokens, the pooling weights), and the mask read that follows the replay.
 BETWEEN_MODULES = "between modules"
 MASK_READ = "mask read"
-PROMPT_STAGES = (BETWEEN_MODULES, "fusion_encoder", "decoder", "scoring", "segmentation_head", MASK_READ)
+PROMPT_STAGES = (
+    BETWEEN_MODULES,
+    "fusion_encoder",
+    "decoder",
+    "scoring",
+    "selection",
+    "segmentation_head",
+    MASK_READ,
+)
 #: The per-core peak fields of a graph capture (extract_resource_usage_per_core), total last.
 PEAK_FIELDS = ("peak_l1", "peak_cb", "peak_dataflow_buffer", "peak_scratchpad", "peak_total")
 
@@ -404,9 +413,15 @@ def _chip_prompt_path(
         pp.torch = types.SimpleNamespace(zeros=lambda *shape: np.zeros(shape, np.float32))
     path._tensor = lambda values: zeros(tuple(values.shape))
     path._read = lambda tensor: np.zeros(tuple(tensor.shape), np.float32)
-    path.constants = {"position": zeros((1, s, c)), "placement": zeros((1, pp.PROMPT_TOKENS, pp.TILE))}
-    path.buckets = COMPOSED_BUCKETS
     rows = parts.stack.rows
+    path.kept = m.selection.kept_count(pp.KEPT_QUERIES, parts.stack.queries)
+    path.constants = {
+        "position": zeros((1, s, c)),
+        "placement": zeros((1, pp.PROMPT_TOKENS, pp.TILE)),
+        "candidates": zeros((1, 1, rows)),
+        "rows": zeros((1, 1, rows)),
+    }
+    path.buckets = COMPOSED_BUCKETS
     path.selectors = {b: zeros((b, rows, rows)) for b in path.buckets}
     path.prompts = m.prompt_buffers.PromptBuffers(
         ttnn,
@@ -423,12 +438,12 @@ def _chip_prompt_path(
 
 
 def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, report: dict[str, Any]) -> None:
-    """The engine's ChipPromptPath.compile (every bucket's _forward, then a mask read by
-    _mask_rows), the shapes recorded; then each bucket's forward and mask read again, stage by
-    stage under NO_DISPATCH graph captures, for each stage's per-core peaks; and a class tile of
-    the wrong height, which the real library must refuse."""
+    """The engine's ChipPromptPath.compile (every bucket's _forward, then both mask reads: the
+    kept rows' and the fallback's _mask_rows), the shapes recorded; then each bucket's forward and
+    mask reads again, stage by stage under NO_DISPATCH graph captures, for each stage's per-core
+    peaks; and a class tile of the wrong height, which the real library must refuse."""
     pp, shapes = m.prompt_path, {}
-    forward, mask_rows = path._forward, path._mask_rows
+    forward, mask_rows, kept_masks = path._forward, path._mask_rows, path._kept_mask_logits
 
     def recorded_forward(bucket: int, *args: Any) -> list[Any]:
         outputs = forward(bucket, *args)
@@ -440,7 +455,16 @@ def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, re
         shapes[f"mask_rows_{masks.count}"] = list(values.shape)
         return values
 
-    path._forward, path._mask_rows = recorded_forward, recorded_mask_rows
+    def recorded_kept_masks(masks: Any) -> Any:
+        values = kept_masks(masks)
+        shapes[f"kept_mask_logits_{masks.count}"] = list(values.shape)
+        return values
+
+    path._forward, path._mask_rows, path._kept_mask_logits = (
+        recorded_forward,
+        recorded_mask_rows,
+        recorded_kept_masks,
+    )
     try:
         path.compile(image_state)
         report["composed"] = {"ok": True, "shapes": shapes}
@@ -449,7 +473,7 @@ def _run_composed(ttnn: Any, m: Any, path: Any, image_state: Any, zeros: Any, re
         report["composed"] = {"ok": False, "shapes": shapes, "error": failure}
         return
     finally:
-        path._forward, path._mask_rows = forward, mask_rows
+        path._forward, path._mask_rows, path._kept_mask_logits = forward, mask_rows, kept_masks
     inputs = path._inputs(image_state)
     report["stage_peaks"] = {str(b): _stage_peaks(ttnn, pp, path, b, inputs) for b in path.buckets}
     one = (1, path.prompts.features[1], path.prompts.masks[1])
@@ -504,17 +528,20 @@ class StageCaptures:
 
 
 def _stage_peaks(ttnn: Any, pp: Any, path: Any, bucket: int, inputs: tuple[Any, ...]) -> dict[str, Any]:
-    """One forward of `bucket` prompts and one mask read (a kept row of every prompt), as the
-    engine runs them (its own _forward and _mask_rows), captured stage by stage."""
+    """One forward of `bucket` prompts and both mask reads, as the engine runs them (its own
+    _forward, _kept_mask_logits, and _mask_rows for a row of every prompt), captured stage by
+    stage (the mask read's peak is the larger of the two)."""
     import numpy as np
 
     captures = StageCaptures(ttnn)
     path.ttnn = captures.module
     try:
-        outputs = path._forward(bucket, path.prompts.features[bucket], path.prompts.masks[bucket], *inputs)
+        forward = path._forward(bucket, path.prompts.features[bucket], path.prompts.masks[bucket], *inputs)
+        outputs = pp.PromptOutputs(*forward)
         captures.phase(MASK_READ)
+        path._kept_mask_logits(pp.ChipMasks(outputs.kept_embeddings, outputs.pixels, bucket, None))
         rows = {prompt: np.array([0]) for prompt in range(bucket)}
-        path._mask_rows(pp.ChipMasks(outputs[4], outputs[5], bucket), rows)
+        path._mask_rows(pp.ChipMasks(outputs.embeddings, outputs.pixels, bucket, None), rows)
         captures.end()
     except Exception as error:
         captures.end()

@@ -93,8 +93,15 @@ class Engine(Protocol):
         """Run the text encoder on prompt texts; returns one reusable state per prompt."""
         ...
 
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
-        """Run the prompt path (geometry class token, fusion encoder, decoder, heads)."""
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
+        """Run the prompt path (geometry class token, fusion encoder, decoder, heads).
+
+        ``max_instances`` is the most instances the caller will keep from this batch (None: not
+        known). An engine that selects on the device may then read back only each prompt's best
+        ``max_instances`` queries and give the others a logit of -inf; the host post-processing
+        picks the instances from the logits either way."""
         ...
 
     def fetch_masks(

@@ -230,8 +230,14 @@ class TorchEngine(Engine):
         return [PromptFeatures(text.pooler_output[i], attention_mask[i].bool()) for i in range(len(prompts))]
 
     @torch.inference_mode()
-    def decode(self, image_state: ImageFeatures, prompt_states: list[PromptFeatures]) -> DecodedBatch:
-        """All prompts against one image in one batch: Sam3Model.forward with one padded box.
+    def decode(
+        self,
+        image_state: ImageFeatures,
+        prompt_states: list[PromptFeatures],
+        max_instances: int | None = None,
+    ) -> DecodedBatch:
+        """All prompts against one image in one batch: Sam3Model.forward with one padded box;
+        every query's outputs (max_instances is not used).
 
         Image-only tensors are expanded (views, not copies) to the prompt batch.
         """

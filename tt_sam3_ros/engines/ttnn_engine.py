@@ -88,7 +88,9 @@ class PromptPath(Protocol):
     def describe(self) -> dict[str, str]: ...
     def image_features(self, vision: Any) -> Any: ...
     def encode_prompts(self, prompts: list[str]) -> list[Any]: ...
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch: ...
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch: ...
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
     ) -> np.ndarray: ...
@@ -157,6 +159,9 @@ class TtnnEngine(Engine):
         max_prompts: the most prompts one decode takes, 1..16 (the chip prompt path compiles one
             trace per prompt-count bucket 1, 2, 4, ... up to it at warm-up, so a smaller value
             starts faster and holds less of the trace region).
+        max_instances: the chip prompt path's k, queries kept per prompt by the on-device top-k
+            (None: ttnn_model.prompt_path.KEPT_QUERIES); give the largest max_instances the
+            segmenter will be called with: a call asking for more reads every query back.
     """
 
     name = "ttnn"
@@ -179,6 +184,7 @@ class TtnnEngine(Engine):
         dispatch: str = "auto",
         prompt_path: PromptPath | str = "host",
         max_prompts: int = MAX_PROMPTS,
+        max_instances: int | None = None,
     ) -> None:
         if tuple(mesh_shape) != (1, 1):
             raise EngineError(
@@ -231,14 +237,22 @@ class TtnnEngine(Engine):
             self._check_single_chip()
             self.image_encoder.upload(host_weights, cache_dir)
             del host_weights  # the chip holds the image path now; nothing here keeps the host's ViT
-            self.prompt_path = self._prompt_path(prompt_path, model, tokenizer, dtype, max_prompts)
+            self.prompt_path = self._prompt_path(
+                prompt_path, model, tokenizer, dtype, max_prompts, max_instances
+            )
             self._position_encodings = self._neck_position_encodings(model)
         except BaseException:
             self.close()
             raise
 
     def _prompt_path(
-        self, choice: PromptPath | str, model: Any, tokenizer: Any, dtype: str | None, max_prompts: int
+        self,
+        choice: PromptPath | str,
+        model: Any,
+        tokenizer: Any,
+        dtype: str | None,
+        max_prompts: int,
+        max_instances: int | None,
     ) -> PromptPath:
         if not isinstance(choice, str):
             return choice
@@ -246,7 +260,7 @@ class TtnnEngine(Engine):
             return host_prompt_path(model, tokenizer, dtype)
         if choice == "chip":
             host = host_prompt_path(model, tokenizer, "float32")
-            return ChipPromptPath(self.ttnn, self.image_encoder, model, host, max_prompts)
+            return ChipPromptPath(self.ttnn, self.image_encoder, model, host, max_prompts, max_instances)
         raise EngineError(f"prompt_path {choice!r} is not one of host, chip, or a PromptPath")
 
     # the parts, for tests and tools --------------------------------------------------------------
@@ -357,9 +371,11 @@ class TtnnEngine(Engine):
         """Text encoder on the prompt path (the host's today)."""
         return self._require_prompt_path().encode_prompts(prompts)
 
-    def decode(self, image_state: Any, prompt_states: list[Any]) -> DecodedBatch:
-        """The prompt path over the chip's image features."""
-        return self._require_prompt_path().decode(image_state, prompt_states)
+    def decode(
+        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
+        """The prompt path over the chip's image features (max_instances: see Engine.decode)."""
+        return self._require_prompt_path().decode(image_state, prompt_states, max_instances)
 
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
@@ -373,8 +389,9 @@ class TtnnEngine(Engine):
         """
         self.compile_prompt_path()
         pixels = self.warmup_image_path()
-        decoded = self.decode(self.encode_image(pixels), self.encode_prompts(["object"]))
-        self.fetch_masks(decoded, np.array([0]), np.array([0]))
+        # one instance: a chip prompt path reads back its kept rows only, as on most frames
+        decoded = self.decode(self.encode_image(pixels), self.encode_prompts(["object"]), max_instances=1)
+        self.fetch_masks(decoded, np.array([0]), np.array([int(np.argmax(decoded.logits[0]))]))
 
     def compile_prompt_path(self) -> None:
         """Before the image trace is captured, compile every program the chip prompt path can

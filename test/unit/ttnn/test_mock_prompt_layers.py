@@ -6,11 +6,12 @@ on the host (validation, program factories, circular buffers, the allocator), no
 modules are not in the engine yet, so each is called once, eagerly, as the engine will call it
 (the geometry encoder's class token once per image, the others for a batch of prompts). Then
 the composed path as the engine runs it: ChipPromptPath.compile (its _forward for buckets of 1
-and 4 prompts, each followed by a _mask_rows read) on device buffers shaped like the image
-trace's outputs, and a class tile of the wrong height, which the real library must refuse.
-Each bucket's forward and mask read run once more stage by stage under NO_DISPATCH graph
-captures: each stage's per-core peak is printed with its headroom and must fit the L1 bank
-(at both sizes, on the harvested 11x10 and the 13x10 grid, for 1 and 4 prompts).
+and 4 prompts, each followed by the kept rows' mask read and the fallback's _mask_rows) on device
+buffers shaped like the image trace's outputs, and a class tile of the wrong height, which the
+real library must refuse. Each bucket's forward and mask reads run once more stage by stage
+under NO_DISPATCH graph captures: each stage's per-core peak is printed with its headroom and
+must fit the L1 bank (at both sizes, on the harvested 11x10 and the 13x10 grid, for 1 and 4
+prompts).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ RUNNER = REPO / "tools" / "ttnn_mock" / "prompt_layers.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import prompt_layers, toolchain  # noqa: E402 - tools/ is not a package root
 from ttnn_mock.image_path import L1_BANK_BYTES  # noqa: E402
+
+from tt_sam3_ros.engines.ttnn_model.prompt_path import KEPT_QUERIES  # noqa: E402
 
 GRIDS = {"harvested": (toolchain.HARVEST_MASKS["harvested"], [11, 10]), "unharvested": (0, [13, 10])}
 MODULES = {
@@ -132,12 +135,17 @@ def _check_composed(report: dict, size: str, grid: str) -> None:
     composed = report["composed"]
     assert composed["ok"], composed
     c, rows = (256, 224) if size == "full" else (32, 32)
-    pixels = 288 * 288
+    pixels, kept = 288 * 288, min(KEPT_QUERIES, 200 if size == "full" else 20)
     for bucket in prompt_layers.COMPOSED_BUCKETS:
-        logits, presence, boxes, scores, embeddings, per_pixel = composed["shapes"][f"forward_{bucket}"]
-        assert logits == presence == scores == [bucket, rows, 1]
+        outputs = composed["shapes"][f"forward_{bucket}"]
+        kept_logits, kept_presence, high, low, kept_rows, kept_embeddings, per_pixel = outputs[:7]
+        logits, presence, boxes, embeddings = outputs[7:]
+        assert kept_logits == kept_presence == [bucket, kept, 1] and kept_rows == [bucket, 1, kept]
+        assert high[:2] == low[:2] == [bucket, kept] and kept_embeddings == [bucket, kept, c]
+        assert logits == presence == [bucket, rows, 1]
         assert boxes[:2] == [bucket, rows] and embeddings == [bucket, rows, c]
         assert per_pixel == [bucket, pixels, report["pixel_channels"]]
+        assert composed["shapes"][f"kept_mask_logits_{bucket}"] == [bucket, kept, pixels]
         assert composed["shapes"][f"mask_rows_{bucket}"] == [bucket, 32, pixels]
     # the check can fail: a (1, 64, C) class tile does not fit the placement matmul
     assert "a_shape[-1] == b_shape[-2]" in (report["refused"] or ""), report["refused"]

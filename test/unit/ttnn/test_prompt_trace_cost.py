@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import prompt_trace, trace_cost
-from tt_sam3_ros.engines.ttnn_model.prompt_path import MASK_ROWS
+from tt_sam3_ros.engines.ttnn_model.config import TILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 
@@ -42,10 +42,15 @@ OPS_SCORING = 19
 #: conv, GroupNorm, ReLU with their layout changes) and the mask embedder's 3 linears.
 OPS_SEGMENTATION_HEAD = 43
 #: Issued by ChipPromptPath._forward itself: the class tile placed (matmul, add), the image
-#: tokens viewed, the decoder's image keys (add), the pooling weights (softmax, reshape).
-OPS_BETWEEN_MODULES = 6
-#: After the replay: the one-hot pick of the kept rows, the instance projection, the mask logits.
-OPS_MASK_READ = 3
+#: tokens viewed, the decoder's image keys (add), the pooling weights (softmax, reshape), the
+#: presence logit spread to every row (matmul), the float32 boxes split into two bfloat16 halves
+#: for the gather (typecast, negate, typecast, add, typecast).
+OPS_BETWEEN_MODULES = 12
+#: The on-device top-k (permute, candidate add, topk, threshold flags), the one-hot selection
+#: (typecast, permute, eq) and 5 gathers (logits, presence, the two box halves, the mask embeddings).
+OPS_SELECTION = 12
+#: After the replay: the instance projection and the kept rows' mask logits.
+OPS_MASK_READ = 2
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +86,14 @@ def pin_stages(ops: list[dict], shapes, prompts: int = 1) -> None:
     assert stages["scoring"] == OPS_SCORING
     assert stages["segmentation_head"] == OPS_SEGMENTATION_HEAD
     assert stages[prompt_trace.BETWEEN_MODULES] == OPS_BETWEEN_MODULES
+    assert stages["selection"] == OPS_SELECTION
     assert stages[prompt_trace.MASK_READ] == OPS_MASK_READ
     assert set(stages) == {
         "fusion_encoder",
         "decoder",
         "scoring",
         "segmentation_head",
+        "selection",
         prompt_trace.BETWEEN_MODULES,
         prompt_trace.MASK_READ,
     }
@@ -158,7 +165,7 @@ def test_shape_only_log_is_the_log_of_real_values():
 def test_full_size_flops_per_prompt_agree_with_the_design_count(full_log):
     """Logged matrix FLOPs (tile-padded) against DESIGN.md 4's per-prompt count (fusion encoder
     0.255 TFLOP, decoder 0.02, segmentation head 0.143 with every query's mask logits, which the
-    engine makes for 32 kept rows per prompt in the mask read instead)."""
+    engine makes for the k kept rows per prompt, tile-padded, in the mask read instead)."""
     ops, shapes = full_log
     tflop = Counter()
     for cost in trace_cost.price_all(ops):
@@ -168,7 +175,7 @@ def test_full_size_flops_per_prompt_agree_with_the_design_count(full_log):
     head = tflop[("segmentation_head", True)] + tflop[(prompt_trace.MASK_READ, True)]
     pixels = shapes.mask_side**2
     every_row = 2 * shapes.rows * shapes.hidden * pixels / 1e12
-    kept_rows = 2 * MASK_ROWS * shapes.hidden * pixels / 1e12
+    kept_rows = 2 * -(-prompt_trace.kept(shapes) // TILE) * TILE * shapes.hidden * pixels / 1e12
     print(
         f"full-size prompt trace, TFLOP per prompt: fusion encoder {fusion:.3f}, decoder layers {layers:.3f} "
         f"+ glue {glue:.3f}, segmentation head with the mask read {head:.3f}"

@@ -7,12 +7,30 @@ SAM 3's prompt path for text prompts, in order, and where each part runs here:
   neck (ChipImageEncoder's last output);
 - per prompt batch, in one replay of the bucket's prompt trace (PromptBuffers): the prompt
   tokens (the text, then the class token placed at row 32 by a 0/1 matmul), the fusion encoder,
-  the decoder stack with its box refinement and box bias, scoring, and the segmentation head up
-  to the mask embeddings and the per-pixel embeddings (prompt cross-attention, pixel decoder,
-  instance projection inside mask logits);
-- the mask logits of the kept queries only: after the replay, one fixed-shape selection matmul
-  (a one-hot (B, 32, Q) matrix from the host picks each prompt's kept rows) and the product with
-  the pixels; only those logits, the scores, presence and boxes are read back.
+  the decoder stack with its box refinement and box bias, scoring, the segmentation head up to
+  the mask embeddings and the per-pixel embeddings (prompt cross-attention, pixel decoder), and
+  the on-device selection (selection.py): the k best queries of each prompt by detection score
+  (ttnn.topk), their one-hot selection matrix, and with it their logits, presence logit, boxes
+  and mask embeddings gathered on the chip;
+- the mask logits of the kept queries only: after the replay, the product of the k kept
+  embeddings with the pixels (instance projection inside mask logits), in fetch_masks, fixed
+  shapes.
+
+What crosses PCIe. In the common case only the kept rows: k logits, k boxes (two bfloat16
+halves: the boxes are float32 on the chip) and k indices per prompt, the presence logit, and the
+k mask-logit maps when masks are asked for. decode() hands the segmenter every query's logit
+with -inf on the queries not kept, so the host post-processing (the same as every engine's, the
+one place where score > threshold and max_instances pick the instances) never picks those and
+picks the kept ones exactly as from the full set: each prompt's best max_instances queries are
+among its k best when max_instances <= k.
+
+k is fixed per engine (ChipPromptPath's max_instances, by default KEPT_QUERIES, the segmenter's
+DEFAULT_MAX_INSTANCES; at most the query count, where every query is kept). The trace also
+leaves every query's logit, presence, box and mask embedding on the chip as outputs. A call that
+may need more than k instances of one prompt (decode's max_instances above k, or not given) reads
+those instead, and fetch_masks then picks the asked rows by a one-hot matrix from the host (up
+to MASK_ROWS per prompt per read), as before the on-device selection: slower, never wrong.
+Build the engine with the largest max_instances it will serve to stay on the fast path.
 
 Prompt tokens are T = 64 rows: 32 text tokens, then the class-token tile (row 32 the token,
 rows 33..63 masked). Buckets of 1, 2, 4, ... max_prompts prompts (PromptBuffers) are compiled at
@@ -30,6 +48,7 @@ import torch
 
 from ..base import DecodedBatch, EngineError
 from . import segmentation_head as head
+from . import selection
 from .attention import AttentionShape
 from .config import TILE
 from .decoder import DecoderStackConfig, DecoderStackInputs, decoder_stack
@@ -47,7 +66,7 @@ from .scoring import ScoringConfig, detection_scores, presence_logits, presence_
 from .weights import upload
 
 #: Where the prompt path runs, in words (describe()).
-ON_CHIP = "class token, fusion encoder, decoder, scoring, segmentation head, mask selection"
+ON_CHIP = "class token, fusion encoder, decoder, scoring, top-k selection, segmentation head"
 ON_HOST = "text encoder"
 #: The neck outputs the prompt path reads: scale 4 and 2 (pixel decoder), scale 1 (the fusion
 #: encoder's image tokens and the class token's keys); Sam3Model drops the coarsest level.
@@ -55,8 +74,30 @@ FINE, MIDDLE, COARSE = 0, 1, 2
 #: Text tokens per prompt (CLIP's context) and the prompt tokens with the class-token tile.
 TEXT_TOKENS = 32
 PROMPT_TOKENS = TEXT_TOKENS + TILE
-#: Kept queries per prompt one mask read carries (more are read in several).
+#: Kept queries per prompt when the engine is given none: the segmenter's DEFAULT_MAX_INSTANCES
+#: (not imported: the segmenter imports the engines).
+KEPT_QUERIES = 50
+#: Rows one fallback mask read picks per prompt (a one-hot (B, MASK_ROWS, rows) from the host).
 MASK_ROWS = TILE
+
+
+@dataclass
+class PromptOutputs:
+    """One prompt trace's outputs (B prompts, k kept rows, rows = presence + queries + padding;
+    TILE, DRAM): the kept rows first, then every row's, which stay on the chip unless a call
+    needs more than k instances of a prompt."""
+
+    kept_logits: Any  # (B, k, 1) bfloat16
+    kept_presence: Any  # (B, k, 1) bfloat16, the presence logit on each kept row
+    kept_boxes_high: Any  # (B, k, 32) bfloat16, cx cy w h in columns 0..3
+    kept_boxes_low: Any  # (B, k, 32) bfloat16, the float32 boxes' remainder
+    kept_rows: Any  # (B, 1, k) uint16 decoder rows (query number + 1), best first
+    kept_embeddings: Any  # (B, k, C) bfloat16 mask embeddings
+    pixels: Any  # (B, H*W, C) per-pixel embeddings
+    logits: Any  # (B, rows, 1) bfloat16
+    presence: Any  # (B, rows, 1) bfloat16, row 0 the presence token's
+    boxes: Any  # (B, rows, 32) float32
+    embeddings: Any  # (B, rows, C) mask embeddings
 
 
 @dataclass
@@ -72,11 +113,14 @@ class ChipImageState:
 
 @dataclass
 class ChipMasks:
-    """What fetch_masks reads: the batch's mask embeddings and per-pixel embeddings on the chip."""
+    """What fetch_masks reads: mask embeddings and the per-pixel embeddings on the chip. With
+    `positions` ((P, Q): where each query sits among the k kept rows, -1: not kept), the
+    embeddings are the kept rows' (B, k, C); without (the fallback), every row's (B, rows, C)."""
 
     embeddings: Any
     pixels: Any
     count: int
+    positions: np.ndarray | None
 
 
 class ChipPromptPath:
@@ -89,11 +133,21 @@ class ChipPromptPath:
         host: the host prompt path (a TorchEngine over the model without its ViT): only its
             text encoder is used.
         max_prompts: the most prompts one decode takes.
+        max_instances: queries kept per prompt on the chip (k; None: KEPT_QUERIES), capped at
+            the query count; see the module doc for calls that ask for more.
     """
 
     reads_device_levels = True
 
-    def __init__(self, ttnn: Any, encoder: Any, model: Any, host: Any, max_prompts: int) -> None:
+    def __init__(
+        self,
+        ttnn: Any,
+        encoder: Any,
+        model: Any,
+        host: Any,
+        max_prompts: int,
+        max_instances: int | None = None,
+    ) -> None:
         self.ttnn, self.device, self.settings = ttnn, encoder.device, encoder.settings
         self.host = host
         self.dtype = torch.float32
@@ -128,9 +182,14 @@ class ChipPromptPath:
             **head.pixel_decoder_constants(ttnn, device, self.pixel),
         }
         self._conv_weights: dict[str, Any] = {}
+        self.kept = selection.kept_count(
+            KEPT_QUERIES if max_instances is None else max_instances, self.decoder.queries
+        )
         self.constants = {
             "position": self._tensor(tokens),
             "placement": self._tensor(placement_matrix()),
+            "candidates": self._tensor(selection.candidate_row(self.decoder.rows, 1, self.decoder.queries)),
+            "rows": self._tensor(selection.row_index(self.decoder.rows)),
         }
         self.buckets = power_of_two_buckets(max_prompts)
         self.selectors = {b: self._tensor(presence_selector(self.decoder.rows, b)) for b in self.buckets}
@@ -163,47 +222,62 @@ class ChipPromptPath:
         return self.host.encode_prompts(prompts)
 
     def compile(self, image_state: ChipImageState) -> None:
-        """Run every bucket's prompt forward and a mask read once, eagerly, so all their programs
-        exist before any trace is captured."""
+        """Run every bucket's prompt forward and both mask reads (the kept rows', the fallback's)
+        once, eagerly, so all their programs exist before any trace is captured."""
         for bucket in self.buckets:
             features, masks = self.prompts.features[bucket], self.prompts.masks[bucket]
-            outputs = self._forward(bucket, features, masks, *self._inputs(image_state))
-            self._mask_rows(ChipMasks(outputs[4], outputs[5], bucket), {0: np.array([0])})
-            for tensor in outputs:
+            outputs = PromptOutputs(*self._forward(bucket, features, masks, *self._inputs(image_state)))
+            self._kept_mask_logits(ChipMasks(outputs.kept_embeddings, outputs.pixels, bucket, np.empty(0)))
+            self._mask_rows(ChipMasks(outputs.embeddings, outputs.pixels, bucket, None), {0: np.zeros(1)})
+            for tensor in vars(outputs).values():
                 self.ttnn.deallocate(tensor)
 
-    def decode(self, image_state: ChipImageState, prompt_states: list[Any]) -> DecodedBatch:
-        """All prompts in one replay of their bucket's trace; scores, presence and boxes read back."""
+    def decode(
+        self, image_state: ChipImageState, prompt_states: list[Any], max_instances: int | None = None
+    ) -> DecodedBatch:
+        """All prompts in one replay of their bucket's trace.
+
+        With max_instances <= k (or k = every query), only the kept rows' logits, boxes and
+        indices and the presence logits are read back, and the other queries' logits are -inf;
+        otherwise every query's (the module doc says why)."""
         count = len(prompt_states)
         if count > self.buckets[-1]:
             raise EngineError(f"{count} prompts: this engine was warmed up for at most {self.buckets[-1]}")
         features, valid = self._prompt_rows(prompt_states)
         self.prompts.set_prompts(features, valid)
-        logits, presence, boxes, _, embeddings, pixels = self.prompts.run(*self._inputs(image_state))
-        queries = slice(1, 1 + self.decoder.queries)
-        read = self._read
-        return DecodedBatch(
-            logits=read(logits)[:count, queries, 0],
-            boxes=cxcywh_to_xyxy(read(boxes)[:count, queries, :4]),
-            presence=read(presence)[:count, 0, 0],
-            mask_source=ChipMasks(embeddings, pixels, count),
-        )
+        outputs = PromptOutputs(*self.prompts.run(*self._inputs(image_state)))
+        if self.needs_every_query(max_instances):
+            return self._every_query(outputs, count)
+        return self._kept_queries(outputs, count)
+
+    def needs_every_query(self, max_instances: int | None) -> bool:
+        """Whether a call keeping up to `max_instances` per call (None: unknown) may need a
+        query outside some prompt's k kept ones."""
+        if self.kept >= self.decoder.queries:
+            return False
+        return max_instances is None or max_instances > self.kept
 
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
     ) -> np.ndarray:
-        """Mask logits (k, H, W) of the asked queries: up to MASK_ROWS per prompt per read."""
+        """Mask logits (n, H, W) of the asked queries. After a kept-rows decode they must be kept
+        ones (the others have -inf logits): one product over the k kept rows, read back once.
+        After an every-query decode: up to MASK_ROWS asked rows per prompt per read."""
         masks: ChipMasks = decoded.mask_source
         side = self.pixel.output_side
-        out = np.empty((len(prompt_index), side, side), dtype=np.float32)
-        pending = {int(p): list(np.nonzero(prompt_index == p)[0]) for p in np.unique(prompt_index)}
-        while any(pending.values()):
-            chunk = {p: rows[:MASK_ROWS] for p, rows in pending.items() if rows}
-            picked = self._mask_rows(masks, {p: query_index[rows] for p, rows in chunk.items()})
-            for p, rows in chunk.items():
-                out[rows] = picked[p, : len(rows)].reshape(len(rows), side, side)
-                pending[p] = pending[p][MASK_ROWS:]
-        return out
+        if len(prompt_index) == 0:
+            return np.empty((0, side, side), dtype=np.float32)
+        if masks.positions is None:
+            return self._every_query_masks(masks, prompt_index, query_index)
+        rows = masks.positions[prompt_index, query_index]
+        if rows.min() < 0:
+            missing = int(np.argmin(rows))
+            raise EngineError(
+                f"query {int(query_index[missing])} of prompt {int(prompt_index[missing])} is not among "
+                f"the {self.kept} queries this engine keeps per prompt"
+            )
+        picked = self._kept_mask_logits(masks)
+        return picked[prompt_index, rows].reshape(len(rows), side, side)
 
     def close(self) -> None:
         """Free the device buffers and weights (the chip itself is the image encoder's)."""
@@ -226,6 +300,53 @@ class ChipPromptPath:
                 self.ttnn.deallocate(tensor)
         self.host.close()
 
+    # what crosses PCIe -----------------------------------------------------------------------------
+    def _kept_queries(self, outputs: PromptOutputs, count: int) -> DecodedBatch:
+        """The kept rows read back, spread to (P, Q) with -inf logits on the queries not kept."""
+        read, k, queries = self._read, self.kept, self.decoder.queries
+        kept = read(outputs.kept_rows)[:count, 0, :k].astype(np.int64) - 1  # decoder row -> query
+        if kept.min() < 0 or kept.max() >= queries:
+            raise EngineError(f"the chip's top-k kept rows outside the queries: {kept.min()}..{kept.max()}")
+        prompt = np.arange(count)[:, None]
+        logits = np.full((count, queries), -np.inf, dtype=np.float32)
+        logits[prompt, kept] = read(outputs.kept_logits)[:count, :k, 0]
+        boxes = np.zeros((count, queries, 4), dtype=np.float32)
+        boxes[prompt, kept] = (
+            read(outputs.kept_boxes_high)[:count, :k, :4] + read(outputs.kept_boxes_low)[:count, :k, :4]
+        )
+        positions = np.full((count, queries), -1, dtype=np.int64)
+        positions[prompt, kept] = np.arange(k)
+        return DecodedBatch(
+            logits=logits,
+            boxes=cxcywh_to_xyxy(boxes),
+            presence=read(outputs.kept_presence)[:count, 0, 0],
+            mask_source=ChipMasks(outputs.kept_embeddings, outputs.pixels, count, positions),
+        )
+
+    def _every_query(self, outputs: PromptOutputs, count: int) -> DecodedBatch:
+        """Every query's logit, box and the presence read back (the fallback)."""
+        queries, read = slice(1, 1 + self.decoder.queries), self._read
+        return DecodedBatch(
+            logits=read(outputs.logits)[:count, queries, 0],
+            boxes=cxcywh_to_xyxy(read(outputs.boxes)[:count, queries, :4]),
+            presence=read(outputs.presence)[:count, 0, 0],
+            mask_source=ChipMasks(outputs.embeddings, outputs.pixels, count, None),
+        )
+
+    def _every_query_masks(
+        self, masks: ChipMasks, prompt_index: np.ndarray, query_index: np.ndarray
+    ) -> np.ndarray:
+        side = self.pixel.output_side
+        out = np.empty((len(prompt_index), side, side), dtype=np.float32)
+        pending = {int(p): list(np.nonzero(prompt_index == p)[0]) for p in np.unique(prompt_index)}
+        while any(pending.values()):
+            chunk = {p: rows[:MASK_ROWS] for p, rows in pending.items() if rows}
+            picked = self._mask_rows(masks, {p: query_index[rows] for p, rows in chunk.items()})
+            for p, rows in chunk.items():
+                out[rows] = picked[p, : len(rows)].reshape(len(rows), side, side)
+                pending[p] = pending[p][MASK_ROWS:]
+        return out
+
     # the chip's work -----------------------------------------------------------------------------
     def _inputs(self, image_state: ChipImageState) -> tuple[Any, ...]:
         return image_state.fine, image_state.middle, image_state.coarse, image_state.class_tile
@@ -240,8 +361,8 @@ class ChipPromptPath:
         coarse: Any,
         class_tile: Any,
     ) -> list[Any]:
-        """The prompt trace for `bucket` prompts: logits, presence, boxes, scores (B, Q, .), mask
-        embeddings (B, Q, C) and per-pixel embeddings (B, H*W, C); leaves every input allocated."""
+        """The prompt trace for `bucket` prompts: PromptOutputs' fields in order (the kept rows',
+        then every row's); leaves every input allocated."""
         ttnn, settings = self.ttnn, self.settings
         placed = ttnn.matmul(
             self.constants["placement"],
@@ -280,6 +401,19 @@ class ChipPromptPath:
         presence = presence_logits(ttnn, stack.hidden, self.w_scoring, self.scoring, settings)
         scores = detection_scores(ttnn, logits, presence, self.selectors[bucket], settings)
         ttnn.deallocate(stack.hidden)
+        values, indices, flags = selection.top_queries(
+            ttnn, scores, self.constants["candidates"], self.kept, 0.0, settings
+        )
+        for tensor in (scores, values, flags):
+            ttnn.deallocate(tensor)
+        pick = selection.selection_matrix(ttnn, indices, self.constants["rows"], settings)
+        kept_logits = selection.gather_rows(ttnn, pick, logits, settings)
+        kept_presence = gather_presence(ttnn, pick, presence, self.selectors[bucket], settings)
+        high, low = gather_float32_rows(ttnn, pick, stack.boxes[-1], settings)
+        embeddings = head.mask_embeddings(ttnn, stack.queries[-1], self.w_head, settings)
+        ttnn.deallocate(stack.queries[-1])
+        kept_embeddings = selection.gather_rows(ttnn, pick, embeddings, settings)
+        ttnn.deallocate(pick)
         attended = head.prompt_cross_attention(
             ttnn, encoded, prompt, masks["image"], self.w_head, self.head_shape, self.head_eps, settings
         )
@@ -297,24 +431,45 @@ class ChipPromptPath:
             self._conv_dtype,
         )
         ttnn.deallocate(attended)
-        embeddings = head.mask_embeddings(ttnn, stack.queries[-1], self.w_head, settings)
-        ttnn.deallocate(stack.queries[-1])
-        return [logits, presence, stack.boxes[-1], scores, embeddings, pixels]
+        return [
+            kept_logits,
+            kept_presence,
+            high,
+            low,
+            indices,
+            kept_embeddings,
+            pixels,
+            logits,
+            presence,
+            stack.boxes[-1],
+            embeddings,
+        ]
+
+    def _kept_mask_logits(self, masks: ChipMasks) -> np.ndarray:
+        """(B, k, H*W) mask logits of every kept row: the kept embeddings times the pixels (fixed
+        shapes, compiled at warm-up), read back."""
+        logits = head.mask_logits(self.ttnn, masks.embeddings, masks.pixels, self.w_head, self.settings)
+        values = self._read(logits)
+        self.ttnn.deallocate(logits)
+        return values
 
     def _mask_rows(self, masks: ChipMasks, rows: dict[int, np.ndarray]) -> np.ndarray:
-        """(B, MASK_ROWS, H*W) logits of the asked query rows of each prompt: a one-hot selection
-        of the embeddings, then the product with the pixels (fixed shapes, compiled at warm-up)."""
+        """(B, MASK_ROWS, H*W) logits of the asked query rows of each prompt (the fallback): a
+        one-hot selection of every row's embeddings, then the product with the pixels (fixed
+        shapes, compiled at warm-up)."""
         ttnn, settings = self.ttnn, self.settings
         bucket = masks.embeddings.shape[0]
-        selection = torch.zeros(bucket, MASK_ROWS, self.decoder.rows)
+        pick = torch.zeros(bucket, MASK_ROWS, self.decoder.rows)
         for prompt, queries in rows.items():
-            selection[prompt, np.arange(len(queries)), 1 + np.asarray(queries)] = 1.0
+            pick[prompt, np.arange(len(queries)), 1 + np.asarray(queries, dtype=np.int64)] = 1.0
+        pick_device = self._tensor(pick)
         chosen = ttnn.matmul(
-            self._tensor(selection),
+            pick_device,
             masks.embeddings,
             memory_config=settings.memory,
             compute_kernel_config=settings.exact_kernel,
         )
+        ttnn.deallocate(pick_device)
         logits = head.mask_logits(ttnn, chosen, masks.pixels, self.w_head, settings)
         ttnn.deallocate(chosen)
         values = self._read(logits)
@@ -359,6 +514,36 @@ def placement_matrix() -> torch.Tensor:
     matrix = torch.zeros(1, PROMPT_TOKENS, TILE)
     matrix[0, TEXT_TOKENS + torch.arange(TILE), torch.arange(TILE)] = 1.0
     return matrix
+
+
+def gather_presence(ttnn: Any, pick: Any, presence: Any, selector: Any, settings: Any) -> Any:
+    """(B, k, 1) the presence token's logit (row 0) on each kept row: the presence selector
+    spreads row 0 to every row, the gather keeps k of them; exact (one value times 1)."""
+    spread = ttnn.matmul(
+        selector, presence, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
+    )
+    out = selection.gather_rows(ttnn, pick, spread, settings)
+    ttnn.deallocate(spread)
+    return out
+
+
+def gather_float32_rows(ttnn: Any, pick: Any, values: Any, settings: Any) -> tuple[Any, Any]:
+    """The kept rows of a float32 tensor as two bfloat16 halves, high + low: the bfloat16 gather
+    is exact, and the two halves carry 16 of float32's 24 mantissa bits (a box corner within
+    2^-17 of its float32 value, where one bfloat16 would be 2^-9: 2 pixels of 1008)."""
+    high_rows = ttnn.typecast(values, ttnn.bfloat16, memory_config=settings.memory)
+    negated = ttnn.mul(high_rows, -1.0, memory_config=settings.memory)  # exact
+    negated_wide = ttnn.typecast(negated, ttnn.float32, memory_config=settings.memory)
+    ttnn.deallocate(negated)
+    rest = ttnn.add(values, negated_wide, memory_config=settings.memory)
+    ttnn.deallocate(negated_wide)
+    low_rows = ttnn.typecast(rest, ttnn.bfloat16, memory_config=settings.memory)
+    ttnn.deallocate(rest)
+    high = selection.gather_rows(ttnn, pick, high_rows, settings)
+    low = selection.gather_rows(ttnn, pick, low_rows, settings)
+    ttnn.deallocate(high_rows)
+    ttnn.deallocate(low_rows)
+    return high, low
 
 
 def cxcywh_to_xyxy(boxes: np.ndarray) -> np.ndarray:
