@@ -258,9 +258,8 @@ def run_sequence(
         ttnn, stack.hidden, prompt, pool, weights["scoring"], scoring_config, settings
     )
     presence = scoring.presence_logits(ttnn, stack.hidden, weights["scoring"], scoring_config, settings)
-    scores = scoring.detection_scores(ttnn, logits, presence, selector, settings)
-    values, indices, flags = selection.top_queries(ttnn, scores, candidates, kept(shapes), 0.0, settings)
-    for tensor in (scores, values, flags):
+    values, indices, flags = selection.top_queries(ttnn, logits, candidates, kept(shapes), 0.0, settings)
+    for tensor in (values, flags):
         ttnn.deallocate(tensor)
     pick = selection.selection_matrix(ttnn, indices, row_index, settings)
     kept_logits = selection.gather_rows(ttnn, pick, logits, settings)

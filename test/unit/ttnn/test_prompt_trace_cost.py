@@ -37,7 +37,9 @@ OPS_PER_DECODER_LAYER = 54
 #: outer sum), the output norm, the box head and the refinement; 2 before the first layer.
 OPS_DECODER_GLUE_PER_LAYER = 21
 OPS_DECODER_GLUE_FIXED = 2
-OPS_SCORING = 19
+#: Query logits and presence logits (the detection scores are not made on the chip: the top-k
+#: ranks the logits, and the host computes the scores of the kept rows).
+OPS_SCORING = 15
 #: The prompt cross-attention (norm, 15, add), the pixel decoder (2 stages of upsample, add,
 #: conv, GroupNorm, ReLU with their layout changes) and the mask embedder's 3 linears.
 OPS_SEGMENTATION_HEAD = 43

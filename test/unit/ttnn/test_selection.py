@@ -122,3 +122,17 @@ def test_kept_count_is_max_instances_capped_at_the_queries():
     assert kept_count(50, 20) == 20
     with pytest.raises(ValueError):
         kept_count(0, 200)
+
+
+def test_logits_below_minus_two_still_rank_above_the_padding_rows(chip):
+    """The engine ranks query logits, which go well below -2 (the old NOT_A_QUERY, enough for
+    scores in [0, 1]): padding rows must still sort under every query."""
+    ttnn = chip[0]
+    pool = torch.unique(torch.linspace(-30.0, -2.5, 4000).to(torch.bfloat16).float())  # distinct
+    logits = torch.full((1, ROWS, 1), 0.0)  # presence and padding rows at logit 0
+    logits[0, 1 : 1 + QUERIES, 0] = pool[
+        torch.randperm(len(pool), generator=torch.Generator().manual_seed(1))[:QUERIES]
+    ]
+    _, indices, _ = select(chip, logits, 50, 0.0)
+    want_rows = torch.topk(logits[:, 1 : 1 + QUERIES, 0], 50, dim=-1).indices + 1
+    assert torch.equal(ttnn.to_torch(indices).long().reshape(1, 50), want_rows)

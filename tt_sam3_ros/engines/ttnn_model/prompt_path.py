@@ -9,9 +9,9 @@ SAM 3's prompt path for text prompts, in order, and where each part runs here:
   tokens (the text, then the class token placed at row 32 by a 0/1 matmul), the fusion encoder,
   the decoder stack with its box refinement and box bias, scoring, the segmentation head up to
   the mask embeddings and the per-pixel embeddings (prompt cross-attention, pixel decoder), and
-  the on-device selection (selection.py): the k best queries of each prompt by detection score
-  (ttnn.topk), their one-hot selection matrix, and with it their logits, presence logit, boxes
-  and mask embeddings gathered on the chip;
+  the on-device selection (selection.py): the k best queries of each prompt by logit, the order
+  of their detection scores (ttnn.topk), their one-hot selection matrix, and with it their
+  logits, presence logit, boxes and mask embeddings gathered on the chip;
 - the mask logits of the kept queries only: after the replay, the product of the k kept
   embeddings with the pixels (instance projection inside mask logits), in fetch_masks, fixed
   shapes.
@@ -62,7 +62,7 @@ from .prompt_weights import (
     prepare_scoring,
     prepare_segmentation_head,
 )
-from .scoring import ScoringConfig, detection_scores, presence_logits, presence_selector, query_logits
+from .scoring import ScoringConfig, presence_logits, presence_selector, query_logits
 from .weights import upload
 
 #: Where the prompt path runs, in words (describe()).
@@ -399,12 +399,13 @@ class ChipPromptPath:
         logits = query_logits(ttnn, stack.hidden, prompt, pool, self.w_scoring, self.scoring, settings)
         ttnn.deallocate(pool_rows)
         presence = presence_logits(ttnn, stack.hidden, self.w_scoring, self.scoring, settings)
-        scores = detection_scores(ttnn, logits, presence, self.selectors[bucket], settings)
         ttnn.deallocate(stack.hidden)
+        # Ranked by logit, not score: the same order, without the bfloat16 product's ties (see
+        # selection.py); the flags are not used, the host applies the threshold.
         values, indices, flags = selection.top_queries(
-            ttnn, scores, self.constants["candidates"], self.kept, 0.0, settings
+            ttnn, logits, self.constants["candidates"], self.kept, 0.0, settings
         )
-        for tensor in (scores, values, flags):
+        for tensor in (values, flags):
             ttnn.deallocate(tensor)
         pick = selection.selection_matrix(ttnn, indices, self.constants["rows"], settings)
         kept_logits = selection.gather_rows(ttnn, pick, logits, settings)

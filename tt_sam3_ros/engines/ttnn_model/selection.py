@@ -1,21 +1,26 @@
-"""On-device selection (issue 12): threshold and top-k of the detection scores, and the kept rows.
+"""On-device selection (issue 12): top-k of the queries by logit or score, and the kept rows.
 
 The decoder's rows are the presence token (row 0), the queries (rows 1..Q) and tile padding; the
-scores come from scoring.detection_scores as (B, rows, 1). Here, all on the chip:
-- ``top_queries``: the scores as one row per prompt, the presence and padding rows pushed below
-  every real score by a constant additive row (``candidate_row``), ttnn.topk (k = max_instances,
-  sorted, largest first) and the threshold test (score > threshold, the upstream rule) as 0/1
-  flags;
+ranked values are (B, rows, 1): the query logits (what the engine ranks; see prompt_path.py: the
+detection score sigmoid(logit) * sigmoid(presence) has one presence per prompt, so it orders the
+queries as their logits do, and ranking the bfloat16 logits the host reads back keeps exactly
+the queries the host would rank first, where the bfloat16 product of two sigmoids ties
+near-equal scores), or scoring.detection_scores' scores. Here, all on the chip:
+- ``top_queries``: the values as one row per prompt, the presence and padding rows pushed below
+  every real value by a constant additive row (``candidate_row``), ttnn.topk (k = max_instances,
+  sorted, largest first) and the threshold test (value > threshold; the upstream rule on scores)
+  as 0/1 flags;
 - ``selection_matrix``: a (B, k, rows) one-hot matrix built from the top-k indices (typecast to
   bfloat16, exact for rows <= 256, compared with a constant 0..rows-1 row);
 - ``gather_rows``: that matrix times any per-row tensor (the queries before the mask embedder, the
   boxes), exact at HiFi4 since every output is one value times 1.
 So the mask-logit product runs on k rows instead of rows, and only k boxes, k scores and k
-288 x 288 logit maps need to cross PCIe. Kept rows are a sorted prefix: the host reads the k
-scores and flags, and uses the rows whose flag is set (the trace has a fixed k, so the logits of
-rows below the threshold are computed too, and the host drops them).
+288 x 288 logit maps need to cross PCIe. Kept rows are a sorted prefix. The engine reads the k
+rows' logits back and leaves the threshold to the host's post-processing (the trace has a fixed
+k, so rows below the threshold are computed and read too, and the host drops them); the flags
+serve a caller that thresholds scores on the chip.
 
-Shapes (TILE, DRAM interleaved): scores (B, rows, 1) bfloat16; candidates and row index
+Shapes (TILE, DRAM interleaved): ranked values (B, rows, 1) bfloat16; candidates and row index
 (1, 1, rows) bfloat16; values, flags (B, 1, k) bfloat16; indices (B, 1, k) uint16, in decoder
 rows (query number + 1); selection (B, k, rows) bfloat16.
 """
@@ -28,9 +33,11 @@ import torch
 
 from .config import DeviceSettings
 
-#: Added to the score of a row that is not a query: detection scores lie in [0, 1], so such a row
-#: sorts below every query and fails every threshold >= 0 (exact in bfloat16).
-NOT_A_QUERY = -2.0
+#: Added to the value of a row that is not a query: detection scores lie in [0, 1] and query
+#: logits far inside +-16384, so such a row sorts below every query and fails every threshold
+#: >= 0 (a power of two, exact in bfloat16). -2 sufficed for scores, not for logits: a query
+#: logit below -2 ranked under a padding row.
+NOT_A_QUERY = -16384.0
 #: Rows a bfloat16 index can name exactly (integers up to 2^8).
 MAX_ROWS = 256
 
