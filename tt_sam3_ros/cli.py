@@ -153,6 +153,7 @@ def _run_segment(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         ttnn_options=_ttnn_options(args),
         max_prompts=len(prompts),  # the chip prompt path compiles only the buckets these need
+        max_instances=args.max_instances,  # and keeps on the chip the queries this run asks for
     ) as segmenter:
         result = segmenter(rgb, prompts, threshold=args.threshold, max_instances=args.max_instances)
         details = segmenter.describe()
@@ -231,6 +232,7 @@ def _run_track(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             ttnn_options=_ttnn_options(args),
             max_prompts=len(prompts),
+            max_instances=args.max_instances,
         )
     except BaseException:
         writer.discard()  # no model, no frames: leave no empty results behind

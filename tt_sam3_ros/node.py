@@ -315,6 +315,9 @@ class Sam3Node(LifecycleNode):
         self._stats.start_run()
         values = self._parameter_values()
         request = {name: values[name] for name in READ_AT_CONFIGURE}
+        # max_instances changes any time; its value at configure sizes the chip's top-k (a later,
+        # larger value is still served exactly, by reading every query back).
+        request["max_instances"] = values["max_instances"]
         self._cameras = self._make_cameras(camera_names(values["cameras"]))
         self._slot = FrameSlot(tuple(self._cameras))
         worker = InferenceWorker(
@@ -447,7 +450,8 @@ class Sam3Node(LifecycleNode):
     def _build_segmenter(self, request: dict[str, Any]) -> Any:
         """Called on the worker thread: weights, device, engine (all device calls stay there).
 
-        ``request`` holds the READ_AT_CONFIGURE parameter values, captured by on_configure.
+        ``request`` holds the READ_AT_CONFIGURE parameter values and max_instances' value,
+        captured by on_configure.
         """
         from tt_sam3_ros.segmenter import Sam3Segmenter
 
@@ -465,6 +469,7 @@ class Sam3Node(LifecycleNode):
             dtype=request["dtype"] or None,
             max_image_side=request["max_image_side"],
             max_prompts=request["max_prompts"],
+            max_instances=request["max_instances"],
             ttnn_options={
                 "weight_cache": request["ttnn_weight_cache"] or None,
                 "weight_dtype": request["ttnn_weight_dtype"],

@@ -79,12 +79,16 @@ class Sam3Segmenter:
         max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
         ttnn_options: dict[str, object] | None = None,
         max_prompts: int = MAX_PROMPTS,
+        max_instances: int | None = None,
     ) -> Sam3Segmenter:
         """Load weights (the ``weights`` package decides from where) and open the engine.
 
         ``ttnn_options``: the ttnn engine's weight_cache, weight_dtype, param_dtype, prompt_path
         (engines.TTNN_OPTIONS). ``max_prompts``: the most prompts a call will carry (1..16); the
         ttnn engine's chip prompt path compiles a trace per bucket up to it, so fewer start faster.
+        ``max_instances``: the most instances a call will ask for (None: the engine's default);
+        the chip prompt path keeps that many queries per prompt on the chip, and a call asking
+        for more still gets them, by reading every query back (slower).
 
         Raises:
             tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.
@@ -104,6 +108,7 @@ class Sam3Segmenter:
             dtype=dtype,
             ttnn_options=ttnn_options,
             max_prompts=max_prompts,
+            max_instances=max_instances,
         )
         return cls(runner, max_image_side, model_description=loaded.source, is_random=loaded.is_random)
 

@@ -128,6 +128,8 @@ def test_the_node_serves_frames_with_the_whole_model_on_the_emulated_chip(
     log = sam3.log_path.read_text(errors="replace")
     assert "Blackhole chip 0 open: worker dispatch, 11x10 compute grid" in log, log_tail(sam3.log_path)
     assert "chip prompt path compiled for prompt buckets 1 (max_prompts 1)" in log, log_tail(sam3.log_path)
+    # the node's max_instances at configure is the chip's top-k (the tiny model has 20 queries)
+    assert f"keeping the {MAX_INSTANCES} best queries per prompt" in log, log_tail(sam3.log_path)
     status = sam3.next_diagnostics(timeout_s=10.0)
     assert status["engine"] == "ttnn" and "(emulated)" in status["device"], status
     assert "prompt path on chip" in status["dtype"], status

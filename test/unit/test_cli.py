@@ -160,5 +160,6 @@ def test_the_cli_sizes_the_engine_to_its_prompts(
         writer.write(np.zeros((24, 32, 3), np.uint8))
         writer.release()
     with pytest.raises(StopError):
-        cli.main([command, source, "--prompt", "car", "--prompt", "person", "--out", str(tmp_path)])
-    assert asked["max_prompts"] == 2
+        prompts = ["--prompt", "car", "--prompt", "person"]
+        cli.main([command, source, *prompts, "--max-instances", "7", "--out", str(tmp_path)])
+    assert asked["max_prompts"] == 2 and asked["max_instances"] == 7

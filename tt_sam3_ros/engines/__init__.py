@@ -79,13 +79,16 @@ def create_engine(
     dtype: str | None = None,
     ttnn_options: dict[str, Any] | None = None,
     max_prompts: int = MAX_PROMPTS,
+    max_instances: int | None = None,
 ) -> Engine:
     """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model.
 
     ``ttnn_options`` (names in TTNN_OPTIONS; None values mean the engine's default) go to the
     ttnn engine; the torch engine has no use for them, and says so once when any is set.
     ``max_prompts``: the most prompts one frame will carry; the ttnn engine sizes its chip prompt
-    path's traces for it (the torch engine takes any count up to MAX_PROMPTS).
+    path's traces for it (the torch engine takes any count up to MAX_PROMPTS). ``max_instances``:
+    the most instances a call will ask for; the ttnn engine's chip prompt path keeps that many
+    queries per prompt on the chip (None: its default), the torch engine returns any count.
     """
     options = {key: value for key, value in (ttnn_options or {}).items() if value not in (None, "")}
     unknown = sorted(set(options) - set(TTNN_OPTIONS))
@@ -101,7 +104,8 @@ def create_engine(
         except ImportError as error:
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
         device_id = int(device) if device not in (None, "", "auto") else 0
-        return TtnnEngine(model, tokenizer, device_id, dtype, max_prompts=max_prompts, **options)
+        sizes = {"max_prompts": max_prompts, "max_instances": max_instances}
+        return TtnnEngine(model, tokenizer, device_id, dtype, **sizes, **options)
     from .torch_engine import TorchEngine
 
     return TorchEngine(model, tokenizer, device=device, dtype=dtype)

@@ -406,9 +406,11 @@ class TtnnEngine(Engine):
         path.compile(path.image_features(outputs))
         buckets = ", ".join(str(bucket) for bucket in getattr(path, "buckets", ()))
         LOG.info(
-            "chip prompt path compiled for prompt buckets %s (max_prompts %d) in %.1f s",
+            "chip prompt path compiled for prompt buckets %s (max_prompts %d), keeping the %d best "
+            "queries per prompt on the chip, in %.1f s",
             buckets,
             self.max_prompts,
+            getattr(path, "kept", 0),
             time.perf_counter() - started,
         )
 

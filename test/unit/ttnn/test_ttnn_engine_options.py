@@ -89,9 +89,10 @@ def test_max_prompts_sizes_the_chip_prompt_path_and_more_prompts_are_refused_bef
     from tt_sam3_ros.segmenter import Sam3Segmenter
 
     with create_engine(
-        "ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "chip"}, max_prompts=2
+        "ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "chip"}, max_prompts=2, max_instances=7
     ) as engine:
         assert engine.prompt_path.buckets == (1, 2)  # two bucket compilations at warm-up, not five
+        assert engine.prompt_path.kept == 7  # the on-device top-k keeps what calls will ask for
         segmenter = Sam3Segmenter(engine)
         with pytest.raises(InputError, match="too many prompts: 3 given, at most 2 allowed"):
             segmenter(np.zeros((32, 32, 3), np.uint8), ["car", "person", "dog"])
