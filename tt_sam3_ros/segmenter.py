@@ -151,14 +151,8 @@ class Sam3Segmenter:
         Raises:
             InputError (a ValueError): bad image, prompts or settings, with the limit named.
         """
-        timing: dict[str, float] = {}
-        with _timed(timing, "load"):
-            prompts = validate_prompts(prompts, getattr(self.engine, "max_prompts", MAX_PROMPTS))
-            check_settings(threshold, max_instances)
-            rgb = preprocess.load_image(image, self.max_image_side)
-        with _timed(timing, "preprocess"):
-            frame = _Frame(rgb, preprocess.resize_to_model(rgb), timing)
-        return self._segment(frame, prompts, threshold, max_instances)
+        prompts = self._checked_prompts(prompts, threshold, max_instances)
+        return self._segment(self._load(image), prompts, threshold, max_instances)
 
     def segment_stream(
         self,
@@ -189,9 +183,23 @@ class Sam3Segmenter:
             InputError (a ValueError): bad prompts or settings, at once; a bad frame raises
                 when its result is due, after every earlier frame's result.
         """
+        prompts = self._checked_prompts(prompts, threshold, max_instances)
+        return self._stream(iter(frames), prompts, threshold, max_instances)
+
+    def _checked_prompts(self, prompts: list[str], threshold: float, max_instances: int) -> list[str]:
+        """The prompts validated against the engine's max_prompts; raises InputError for bad
+        prompts or settings, before any work."""
         prompts = validate_prompts(prompts, getattr(self.engine, "max_prompts", MAX_PROMPTS))
         check_settings(threshold, max_instances)
-        return self._stream(iter(frames), prompts, threshold, max_instances)
+        return prompts
+
+    def _load(self, image: object) -> _Frame:
+        """One frame loaded and resized to the model's square, with its load and preprocess times."""
+        timing: dict[str, float] = {}
+        with _timed(timing, "load"):
+            rgb = preprocess.load_image(image, self.max_image_side)
+        with _timed(timing, "preprocess"):
+            return _Frame(rgb, preprocess.resize_to_model(rgb), timing)
 
     def _stream(
         self, frames: Iterator[object], prompts: list[str], threshold: float, max_instances: int
@@ -213,15 +221,9 @@ class Sam3Segmenter:
 
     def _next_frame(self, frames: Iterator[object]) -> _Frame | Exception | None:
         """The next frame loaded and resized; the error it raised (kept until its turn); None at the end."""
-        timing: dict[str, float] = {}
         try:
             image = next(frames, _END)
-            if image is _END:
-                return None
-            with _timed(timing, "load"):
-                rgb = preprocess.load_image(image, self.max_image_side)
-            with _timed(timing, "preprocess"):
-                return _Frame(rgb, preprocess.resize_to_model(rgb), timing)
+            return None if image is _END else self._load(image)
         except Exception as error:  # a bad frame: raised after the frames before it are answered
             return error
 
