@@ -16,7 +16,8 @@ Arguments (each optional):
     engine       auto, torch or ttnn; empty: the params file's value (auto).
     model_id     Hugging Face model id, a local path, or tiny-random (offline random weights,
                  meaningless output: try the plumbing with model_id:=tiny-random).
-    device       engine device (cpu, cuda:0, a ttnn device id).
+    device       engine device: cpu, cuda:0 (torch) or a chip id 0, 1, ... (ttnn; with
+                 engine auto a chip id picks ttnn).
     dtype        compute dtype (float32, bfloat16).
     threshold    score threshold, 0 to 1.
                  Each of these four: empty (the default) keeps the params file's value.
@@ -152,7 +153,9 @@ def generate_launch_description() -> LaunchDescription:
                 description="Hugging Face model id, local path or tiny-random; empty: from params_file.",
             ),
             DeclareLaunchArgument(
-                "device", default_value="", description="Engine device (cpu, cuda:0); empty: params_file."
+                "device",
+                default_value="",
+                description="cpu, cuda:N (torch) or a chip id 0, 1, ... (ttnn); empty: from params_file.",
             ),
             DeclareLaunchArgument(
                 "dtype", default_value="", description="float32 or bfloat16; empty: from params_file."

@@ -77,14 +77,20 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="facebook/sam3",
-        help=f"hub id, or '{TINY_MODEL_ID}' (meaningless output, no weights)",
+        help=f"hub id, a local folder or file (transformers format or Meta's sam3.pt), "
+        f"or '{TINY_MODEL_ID}' (meaningless output, no weights)",
     )
     parser.add_argument("--revision", default=None, help="hub revision (default: the pinned one)")
     parser.add_argument(
         "--weights-dir", default=None, help="local folder (transformers format or Meta sam3.pt)"
     )
     parser.add_argument("--engine", default="auto", choices=["auto", "torch", "ttnn"])
-    parser.add_argument("--device", default=None, help="torch device (cpu, cuda, cuda:1) or ttnn chip id")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda, cuda:N (torch) or a chip id 0, 1, ... (ttnn; with --engine auto, a chip id "
+        "picks ttnn)",
+    )
     parser.add_argument(
         "--dtype", default=None, help="float32 or bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
     )

@@ -153,14 +153,19 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     "engine": (
         "auto",
         _describe(
-            "auto, torch or ttnn. auto: ttnn when a Tenstorrent device is present, else torch. "
+            "auto, torch or ttnn. auto: ttnn when a Tenstorrent device is present, else torch; a device "
+            "set to a chip id means ttnn, to cpu or cuda torch. "
             "Read at configure.",
             additional_constraints="one of: " + ", ".join(ENGINE_NAMES),
         ),
     ),
     "device": (
         "",
-        _describe("Engine device, e.g. cpu, cuda:0, or a ttnn device id; empty: the engine's default."),
+        _describe(
+            "Engine device: cpu, cuda or cuda:N for torch; a chip id 0, 1, ... for ttnn (with engine "
+            "auto, a chip id picks ttnn and fails when no chip is usable; cpu or cuda picks torch); "
+            "empty: the engine's default (auto: its own choice; ttnn: chip 0). Read at configure."
+        ),
     ),
     "dtype": ("", _describe("Compute dtype, e.g. float32 or bfloat16; empty: the engine's default.")),
     "ttnn_weight_cache": (
@@ -196,7 +201,8 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     "model_id": (
         DEFAULT_MODEL_ID,
         _describe(
-            f"Hugging Face model id, or '{TINY_MODEL_ID}' (offline random weights, meaningless output)."
+            f"Hugging Face model id, a local folder or file (transformers format or Meta's sam3.pt), or "
+            f"'{TINY_MODEL_ID}' (offline random weights, meaningless output). Read at configure."
         ),
     ),
     "revision": (

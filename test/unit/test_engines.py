@@ -91,3 +91,26 @@ def test_bf16_runs_and_stays_close_to_fp32(tiny_model, tokenizer) -> None:
         outputs[dtype] = engine.decode(engine.encode_image(pixels), engine.encode_prompts(["car"]))
     assert outputs["bfloat16"].logits.dtype == np.float32
     np.testing.assert_allclose(outputs["bfloat16"].boxes, outputs["float32"].boxes, atol=0.05)
+
+
+def test_auto_with_a_chip_id_opens_that_chip(monkeypatch, tmp_path) -> None:
+    """A bare integer is a Tenstorrent chip id (torch has no device spelled '1'): auto takes ttnn."""
+    (tmp_path / "0").touch()
+    (tmp_path / "1").touch()
+    monkeypatch.setattr(engines, "TENSTORRENT_DEVICE_DIR", tmp_path)
+    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: object())
+    name, reason = choose_engine("auto", "1")
+    assert name == "ttnn"
+    assert "device '1' is a Tenstorrent chip id" in reason
+
+
+def test_auto_with_a_chip_id_but_no_chip_fails_instead_of_running_torch(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(engines, "TENSTORRENT_DEVICE_DIR", tmp_path / "absent")
+    with pytest.raises(EngineError, match=r"device '0' is a Tenstorrent chip id, but no Tenstorrent device"):
+        choose_engine("auto", "0")
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cpu", "chip1"])
+def test_ttnn_with_a_device_that_is_no_chip_id_is_a_clear_error(device, tiny_model, tokenizer) -> None:
+    with pytest.raises(EngineError, match=rf"engine ttnn: device '{device}' is not a chip id"):
+        create_engine("ttnn", tiny_model, tokenizer, device=device)

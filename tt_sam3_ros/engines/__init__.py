@@ -3,6 +3,8 @@
 ``auto`` prefers a Tenstorrent Blackhole (ttnn) when one is present and usable,
 then a CUDA device, then the CPU, and says which it took and why: a robot's log
 should show at a glance whether it is running on the accelerator it paid for.
+A ``device`` setting decides it: a chip id (0, 1, ...) means ttnn, any other
+device (cpu, cuda:N) torch.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ __all__ = [
     "Engine",
     "EngineError",
     "blackhole_status",
+    "chip_id",
     "choose_engine",
     "create_engine",
+    "is_chip_id",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -53,12 +57,46 @@ def blackhole_status() -> tuple[bool, str]:
     return True, f"{len(chips)} Tenstorrent device(s) and ttnn found"
 
 
+def is_chip_id(device: str | None) -> bool:
+    """Whether ``device`` names a Tenstorrent chip: a bare non-negative integer ('0', '1').
+
+    No torch device is spelled that way (torch wants cpu, cuda, cuda:N), so the spelling alone
+    says which engine the user means.
+    """
+    return device is not None and device.strip().isdigit()
+
+
+def chip_id(device: str | None) -> int:
+    """The ttnn engine's chip from the ``device`` setting; empty or auto: chip 0.
+
+    Raises:
+        EngineError: ``device`` is neither empty nor a chip id.
+    """
+    if device in (None, "", "auto"):
+        return 0
+    if not is_chip_id(device):
+        raise EngineError(
+            f"engine ttnn: device {device!r} is not a chip id; write 0, 1, ... (the chip to open) "
+            "or leave it empty for chip 0"
+        )
+    return int(device)
+
+
 def choose_engine(requested: str, device: str | None) -> tuple[str, str]:
     """Resolve ``auto`` to a concrete engine name; returns (name, reason in words)."""
     if requested not in ENGINE_NAMES:
         raise EngineError(f"unknown engine {requested!r}; choose one of {', '.join(ENGINE_NAMES)}")
     if requested != "auto":
         return requested, "requested explicitly"
+    if is_chip_id(device):
+        # The user named a chip: running torch on the CPU instead would hide that it is missing.
+        usable, why = blackhole_status()
+        if not usable:
+            raise EngineError(
+                f"device {device!r} is a Tenstorrent chip id, but {why}; for the torch engine "
+                "set device to cpu or cuda:N, or leave it empty to let auto choose"
+            )
+        return "ttnn", f"device {device!r} is a Tenstorrent chip id; {why}"
     if device not in (None, "", "auto"):
         return "torch", f"device {device!r} requested, which the torch engine serves"
     usable, why = blackhole_status()
@@ -99,11 +137,11 @@ def create_engine(
     if name != "ttnn" and options:
         LOG.warning("ttnn engine options %s are ignored: the %s engine runs", sorted(options), name)
     if name == "ttnn":
+        device_id = chip_id(device)
         try:
             from .ttnn_engine import TtnnEngine
         except ImportError as error:
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
-        device_id = int(device) if device not in (None, "", "auto") else 0
         sizes = {"max_prompts": max_prompts, "max_instances": max_instances}
         return TtnnEngine(model, tokenizer, device_id, dtype, **sizes, **options)
     from .torch_engine import TorchEngine
