@@ -21,6 +21,7 @@ setup(
     zip_safe=True,
     maintainer="tt_sam3_ros maintainers",
     maintainer_email="maintainers@tt-sam3-ros.invalid",
+    url="https://github.com/tt-sam3/tt_sam3_ros",
     description="SAM 3 text-prompted instance segmentation as a ROS 2 node (Blackhole, CUDA, CPU).",
     license="Apache-2.0",
     # The torch engine's stack; pinned versions are in requirements/core.txt.

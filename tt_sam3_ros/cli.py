@@ -35,6 +35,22 @@ _USER_ERRORS = (InputError, EngineError, WeightsError)
 
 LOG = logging.getLogger("tt_sam3")
 
+#: Shown under `tt-sam3 --help`: what to type first, and why the default weights may be refused.
+_EXAMPLES = f"""\
+examples:
+  tt-sam3 segment street.png --prompt car --prompt person --out results
+  tt-sam3 track drive.mp4 --prompt car --out results
+  tt-sam3 publish-images pictures/ --topic image --rate 5
+  tt-sam3 segment street.png --prompt car --model {TINY_MODEL_ID}   (plumbing only: random weights)
+  In a ROS 2 workspace the command is `ros2 run tt_sam3_ros tt-sam3 ...`.
+
+weights:
+  The default model facebook/sam3 is gated on the Hugging Face hub (SAM License): accept the
+  licence at https://huggingface.co/facebook/sam3, then run `hf auth login` (or set HF_TOKEN).
+  A local copy needs no login: --model /path/to/sam3 (a folder in the transformers format, or
+  Meta's sam3.pt). --model {TINY_MODEL_ID} needs no weights at all.
+"""
+
 _RANDOM_WARNING = (
     "\n"
     "  ************************************************************************\n"
@@ -283,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["publish-images"]:
         return _run_publish(argv[1:])
-    parser = argparse.ArgumentParser(prog="tt-sam3", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="tt-sam3",
+        description=__doc__.splitlines()[0],
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     _segment_parser(subparsers)
     _track_parser(subparsers)

@@ -163,3 +163,21 @@ def test_the_cli_sizes_the_engine_to_its_prompts(
         prompts = ["--prompt", "car", "--prompt", "person"]
         cli.main([command, source, *prompts, "--max-instances", "7", "--out", str(tmp_path)])
     assert asked["max_prompts"] == 2 and asked["max_instances"] == 7
+
+
+def test_help_shows_examples_and_how_to_get_the_weights() -> None:
+    """A first `tt-sam3 --help` says what to type and why the default weights may be refused."""
+    done = run("--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())  # argparse rewraps; compare words, not lines
+    assert "tt-sam3 segment street.png --prompt car --prompt person --out results" in text
+    assert "--model tiny-random" in text
+    assert "facebook/sam3 is gated" in text and "hf auth login" in text
+    assert "--model /path/to/sam3" in text  # a local copy needs no login
+
+
+def test_model_help_says_a_local_path_works() -> None:
+    done = run("segment", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "hub id, a local folder" in text

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 REPOSITORY = Path(__file__).parents[2]
+PROJECT_URL = "https://github.com/tt-sam3/tt_sam3_ros"
 
 #: rosdep keys of Python libraries -> the module the code imports.
 PYTHON_MODULES = {
@@ -55,3 +57,37 @@ def test_libraries_that_pip_provides_are_not_declared_to_rosdep() -> None:
     assert [key for key in exec_depends() if key in FROM_PIP_ONLY] == []
     core = (REPOSITORY / "requirements" / "core.txt").read_text(encoding="utf-8")
     assert "torch==" in core and "safetensors==" in core
+
+
+def test_package_xml_is_valid_and_says_where_the_project_lives() -> None:
+    """What `rosdep`, bloom and index.ros.org read: a valid format 3 manifest with a repository
+    and an issue tracker to send users to, and maintainers with a name and an email address."""
+    from catkin_pkg.package import parse_package
+
+    package = parse_package(str(REPOSITORY / "package.xml"))
+    package.validate()  # raises InvalidPackage on a malformed field (REP 149)
+    urls = {url.type: url.url for url in package.urls}
+    assert urls.get("repository") == PROJECT_URL
+    assert urls.get("bugtracker") == f"{PROJECT_URL}/issues"
+    assert urls.get("website") == f"{PROJECT_URL}#readme"
+    assert package.maintainers
+    for person in package.maintainers:
+        assert person.name.strip() and re.fullmatch(r"[^@\s]+@[^@\s]+\.[a-z]+", person.email or "")
+
+
+def test_setup_py_names_the_same_project_and_maintainer() -> None:
+    """pip show and colcon read setup.py: it must not disagree with package.xml."""
+    from catkin_pkg.package import parse_package
+
+    package = parse_package(str(REPOSITORY / "package.xml"))
+    keywords = {
+        keyword.arg: keyword.value.value
+        for node in ast.walk(ast.parse((REPOSITORY / "setup.py").read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup"
+        for keyword in node.keywords
+        if isinstance(keyword.value, ast.Constant)
+    }
+    assert keywords["url"] == PROJECT_URL
+    assert keywords["maintainer"] == package.maintainers[0].name
+    assert keywords["maintainer_email"] == package.maintainers[0].email
+    assert keywords["version"] == package.version
