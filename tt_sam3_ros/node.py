@@ -79,7 +79,7 @@ from tt_sam3_ros.node_parameters import (
     wrong_type,
 )
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
-from tt_sam3_ros.tracking import InstanceTracker
+from tt_sam3_ros.tracking import InstanceTracker, TrackIdSpace
 from tt_sam3_ros.worker import (
     SINGLE_CAMERA,
     CameraStats,
@@ -196,8 +196,10 @@ class Sam3Node(LifecycleNode):
         # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
         self._engine_lost = False
         # One tracker per camera (tracks are per camera), made on the camera's first frame and
-        # kept for the node's life, so a camera's track id is never given twice, cleanup included.
+        # kept for the node's life; all take their ids from one space, so a track id is never
+        # given twice while the node runs, across cameras and cleanups.
         # Only the worker thread touches them (and _release, once the worker has ended).
+        self._track_ids = TrackIdSpace()
         self._trackers: dict[str, InstanceTracker] = {}
 
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -629,7 +631,9 @@ class Sam3Node(LifecycleNode):
         """
         tracker = self._trackers.get(frame.camera)
         if tracker is None:
-            tracker = InstanceTracker(settings.track_max_age_s, settings.track_min_iou)
+            tracker = InstanceTracker(
+                settings.track_max_age_s, settings.track_min_iou, id_space=self._track_ids
+            )
             self._trackers[frame.camera] = tracker
         if not settings.tracking:
             tracker.reset()

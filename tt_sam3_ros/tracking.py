@@ -1,6 +1,6 @@
 """Track ids across frames: the same object keeps the same id while it stays in view. No ROS.
 
-    tracker = InstanceTracker(max_age_s=1.0, min_iou=0.3)
+    tracker = InstanceTracker(max_age_s=1.0, min_iou=0.3, max_age_frames=3)
     tracked = tracker.update(result, stamp_s)      # same instances, same order, each with a track_id
 
     tracker = Sam3Tracker(segmenter)               # or segment and track in one call
@@ -26,9 +26,23 @@ How a frame is associated with the tracks alive before it:
    and tracks born during a pan that has changed since.
 5. A matched track takes the detection's box, mask and motion (the motion only while the box
    keeps its size: a box shrinking behind an occluder moves its centre, not the object); every
-   unmatched detection starts a new track with the next id; a track unmatched for longer than
-   ``max_age_s`` dies. Ids count up from 1 and are never reused during the tracker's life
-   (``reset()`` included).
+   unmatched detection starts a new track with the next id of the tracker's ``TrackIdSpace``.
+6. Only then do tracks age (never before the frame that could continue them): a track ends when
+   it has gone unmatched both in at least ``max_age_frames`` consecutive frames of this tracker
+   and for more than ``max_age_s`` of image time. Time alone would end every track of a slow
+   engine (a processed frame every few seconds) before its next frame could continue it; frames
+   alone would keep a fast camera's lost tracks for a fraction of a second only. With both, a
+   fast camera keeps a lost object's id for ``max_age_s``, a slow one for ``max_age_frames``
+   of its frames.
+
+Ids come from a ``TrackIdSpace``: each id is given once during the space's life, whatever
+tracker takes it, so trackers (cameras) sharing one space never give the same id twice, and
+``reset()`` never brings an id back. A tracker made without one has its own, counting from 1.
+
+Image time: the stamps passed to ``update``. A stamp at most ``STAMP_JUMP_BACK_S`` earlier than
+the newest one seen is jitter (two publishers on one topic, a clock correction): the frame is
+tracked as if stamped at the newest time. A larger step back is a new stream (a bag that loops):
+the tracks restart, with new ids.
 
 Why not a library: norfair takes custom distances but pins numpy < 2 (this package pins 2.4).
 boxmot's and Roboflow's ByteTrack (``trackers``; supervision 0.31 no longer has one) match boxes
@@ -44,6 +58,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -58,7 +74,15 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 DEFAULT_MAX_AGE_S = 1.0
+#: A lost track lives through at least this many of its tracker's frames (and ``max_age_s``).
+DEFAULT_MAX_AGE_FRAMES = 3
 DEFAULT_MIN_IOU = 0.3
+#: A stamp earlier than the newest one by more than this (seconds) restarts the tracks: a bag
+#: that loops jumps back by its length, while jitter between two publishers or a clock
+#: correction moves stamps by milliseconds.
+STAMP_JUMP_BACK_S = 1.0
+#: Intervals between processed frames kept for ``InstanceTracker.processed_interval_s``.
+INTERVAL_WINDOW = 9
 #: Weight of the newest measured velocity in the smoothed one (the rest is the previous estimate).
 VELOCITY_GAIN = 0.6
 #: Second stage: a detection may continue a track whose predicted or last centre is nearer than
@@ -73,12 +97,42 @@ MOTION_AREA_RATIO = 1.5
 _INFEASIBLE = 1e6
 
 
-def check_tracking_settings(max_age_s: float, min_iou: float) -> None:
-    """Raise InputError unless max_age_s is finite and > 0 and min_iou in (0, 1]."""
+def check_tracking_settings(
+    max_age_s: float, min_iou: float, max_age_frames: int = DEFAULT_MAX_AGE_FRAMES
+) -> None:
+    """Raise InputError unless max_age_s is finite and > 0, min_iou in (0, 1] and max_age_frames >= 1."""
     if not (math.isfinite(max_age_s) and max_age_s > 0.0):
         raise InputError(f"track_max_age_s must be a finite number of seconds above 0, got {max_age_s}")
     if not (math.isfinite(min_iou) and 0.0 < min_iou <= 1.0):
         raise InputError(f"track_min_iou must be in (0, 1], got {min_iou}")
+    if isinstance(max_age_frames, bool) or int(max_age_frames) != max_age_frames or max_age_frames < 1:
+        raise InputError(f"track_max_age_frames must be a whole number of frames >= 1, got {max_age_frames}")
+
+
+class TrackIdSpace:
+    """Track ids, each given once during the space's life, to every tracker that shares it.
+
+    A node gives one space to the trackers of all its cameras (and to any other tracker it
+    runs), so an id names one object across the whole node. Thread-safe: trackers on different
+    threads may take ids at once.
+    """
+
+    def __init__(self, first: int = 1) -> None:
+        self._lock = threading.Lock()
+        self._next = int(first)
+
+    def take(self, count: int) -> np.ndarray:
+        """``count`` new ids (int64, consecutive, ascending), never given before by this space."""
+        with self._lock:
+            start = self._next
+            self._next += int(count)
+        return np.arange(start, start + int(count), dtype=np.int64)
+
+    @property
+    def last_given(self) -> int:
+        """The largest id given so far (first - 1 before any)."""
+        with self._lock:
+            return self._next - 1
 
 
 class _Tracks:
@@ -94,6 +148,7 @@ class _Tracks:
         self.velocity = np.zeros((0, 2))  # box centre, pixels per second (x, y)
         self.last_seen_s = np.zeros(0)
         self.hits = np.zeros(0, dtype=np.int64)
+        self.misses = np.zeros(0, dtype=np.int64)  # consecutive frames unmatched
         self.masks: list[np.ndarray] = []
         self.origins = np.zeros((0, 2), dtype=np.int64)  # (row, col) of each mask crop
         self.areas = np.zeros(0, dtype=np.int64)
@@ -105,7 +160,7 @@ class _Tracks:
         """Keep only the rows where ``kept`` (bool) is true."""
         if kept.all():
             return
-        for name in ("ids", "boxes", "velocity", "last_seen_s", "hits", "origins", "areas"):
+        for name in ("ids", "boxes", "velocity", "last_seen_s", "hits", "misses", "origins", "areas"):
             setattr(self, name, getattr(self, name)[kept])
         self.prompts = [p for p, k in zip(self.prompts, kept, strict=True) if k]
         self.masks = [m for m, k in zip(self.masks, kept, strict=True) if k]
@@ -118,40 +173,84 @@ class _Tracks:
         self.velocity = np.concatenate([self.velocity, velocity])
         self.last_seen_s = np.concatenate([self.last_seen_s, np.full(len(ids), stamp_s)])
         self.hits = np.concatenate([self.hits, np.ones(len(ids), dtype=np.int64)])
+        self.misses = np.concatenate([self.misses, np.zeros(len(ids), dtype=np.int64)])
         self.masks.extend(masks)
         self.origins = np.concatenate([self.origins, origins])
         self.areas = np.concatenate([self.areas, areas])
 
 
 class InstanceTracker:
-    """Gives each instance of a stream of SegmentationResults a track id stable across frames."""
+    """Gives each instance of a stream of SegmentationResults a track id stable across frames.
 
-    def __init__(self, max_age_s: float = DEFAULT_MAX_AGE_S, min_iou: float = DEFAULT_MIN_IOU) -> None:
-        check_tracking_settings(max_age_s, min_iou)
+    Args:
+        max_age_s: image time a track survives unmatched (at least; see ``max_age_frames``).
+        min_iou: the least mask overlap that continues a track.
+        max_age_frames: frames of this tracker a track survives unmatched (at least).
+        id_space: where new ids come from; share one between trackers whose ids must never
+            collide (a node's cameras). A tracker of its own otherwise.
+    """
+
+    def __init__(
+        self,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        min_iou: float = DEFAULT_MIN_IOU,
+        max_age_frames: int = DEFAULT_MAX_AGE_FRAMES,
+        id_space: TrackIdSpace | None = None,
+    ) -> None:
+        check_tracking_settings(max_age_s, min_iou, max_age_frames)
         self.max_age_s = float(max_age_s)
         self.min_iou = float(min_iou)
+        self.max_age_frames = int(max_age_frames)
+        self.id_space = id_space if id_space is not None else TrackIdSpace()
         self._tracks = _Tracks()
-        self._next_id = 1
         self._last_stamp_s: float | None = None
+        self._intervals: deque[float] = deque(maxlen=INTERVAL_WINDOW)
         # How the scene moved lately (pixels per second): a new track starts with it, so an
         # object that enters during a camera pan is predicted to move with the pan.
         self._scene_velocity = np.zeros(2)
 
     @property
     def track_count(self) -> int:
-        """Tracks alive (matched within the last ``max_age_s``)."""
+        """Tracks alive (not yet aged out by the rule of ``update``)."""
         return len(self._tracks)
 
-    def configure(self, max_age_s: float, min_iou: float) -> None:
+    @property
+    def processed_interval_s(self) -> float | None:
+        """Median image time between the recent frames this tracker saw (None before two frames)."""
+        if not self._intervals:
+            return None
+        return float(np.median(self._intervals))
+
+    def ageing_warning(self) -> str:
+        """Why ids may not hold on this stream, or "" when ageing follows ``max_age_s``.
+
+        Frames further apart than ``max_age_s`` leave the frame count in charge: a lost object
+        keeps its id for ``max_age_frames`` frames (that many intervals), and an object that
+        moves more than its own size between two frames gets a new id.
+        """
+        interval = self.processed_interval_s
+        if interval is None or interval <= self.max_age_s:
+            return ""
+        return (
+            f"processed frames are {interval:.1f} s apart, more than track_max_age_s {self.max_age_s:g}: "
+            f"a lost object keeps its id for {self.max_age_frames} missed frames "
+            f"(~{self.max_age_frames * interval:.0f} s), and one that moves more than its size between "
+            "frames gets a new id"
+        )
+
+    def configure(self, max_age_s: float, min_iou: float, max_age_frames: int | None = None) -> None:
         """Change the settings; tracks alive stay alive and keep their ids."""
-        check_tracking_settings(max_age_s, min_iou)
+        frames = self.max_age_frames if max_age_frames is None else max_age_frames
+        check_tracking_settings(max_age_s, min_iou, frames)
         self.max_age_s = float(max_age_s)
         self.min_iou = float(min_iou)
+        self.max_age_frames = int(frames)
 
     def reset(self) -> None:
         """Forget every track. Ids already given are still never given again."""
         self._tracks = _Tracks()
         self._last_stamp_s = None
+        self._intervals.clear()
         self._scene_velocity = np.zeros(2)
 
     def forget_prompts(self, kept: list[str] | tuple[str, ...] | set[str]) -> None:
@@ -167,37 +266,30 @@ class InstanceTracker:
 
         Args:
             result: one frame's instances.
-            stamp_s: the frame's time in seconds (the image stamp). Time that goes backwards
-                (a replayed bag looping) starts the tracks afresh.
+            stamp_s: the frame's time in seconds (the image stamp). A stamp earlier than the
+                newest seen by up to STAMP_JUMP_BACK_S counts as the newest (jitter); one
+                further back (a replayed bag looping) starts the tracks afresh.
 
         Raises:
             InputError: ``stamp_s`` is not a finite number.
         """
-        stamp_s = float(stamp_s)
-        if not math.isfinite(stamp_s):
-            raise InputError(f"frame stamp must be a finite number of seconds, got {stamp_s}")
-        if self._last_stamp_s is not None and stamp_s < self._last_stamp_s:
-            LOG.info("frame time went back %.3f s: tracks restarted", self._last_stamp_s - stamp_s)
-            self.reset()
-        self._last_stamp_s = stamp_s
+        stamp_s = self._checked_stamp(stamp_s)
         self.forget_prompts(result.prompts)
         tracks = self._tracks
-        tracks.keep(stamp_s - tracks.last_seen_s <= self.max_age_s)
 
         instances = result.instances
         boxes = np.array([i.box for i in instances], dtype=np.float64).reshape(-1, 4)
         areas = np.array([np.count_nonzero(i.mask_crop) for i in instances], dtype=np.int64)
         rows, cols = self._associate(instances, boxes, areas, stamp_s)
         self._continue(rows, cols, instances, boxes, areas, stamp_s)
-
         ids = np.zeros(len(instances), dtype=np.int64)
         ids[rows] = tracks.ids[cols]
+        self._age(cols, stamp_s)  # rows of ``tracks`` change here: ids are read above
         unmatched = np.ones(len(instances), dtype=bool)
         unmatched[rows] = False
         born = np.nonzero(unmatched)[0]
         if born.size:
-            new_ids = np.arange(self._next_id, self._next_id + born.size)
-            self._next_id += int(born.size)
+            new_ids = self.id_space.take(born.size)
             ids[born] = new_ids
             tracks.add(
                 new_ids,
@@ -211,6 +303,34 @@ class InstanceTracker:
             )
         tracked = [i.with_track_id(int(t)) for i, t in zip(instances, ids, strict=True)]
         return dataclasses.replace(result, instances=tracked)
+
+    def _checked_stamp(self, stamp_s: float) -> float:
+        """The time to track this frame at: jitter clamped to the newest stamp, a jump back reset."""
+        stamp_s = float(stamp_s)
+        if not math.isfinite(stamp_s):
+            raise InputError(f"frame stamp must be a finite number of seconds, got {stamp_s}")
+        last = self._last_stamp_s
+        if last is not None and stamp_s < last:
+            if last - stamp_s > STAMP_JUMP_BACK_S:
+                LOG.info("frame time went back %.3f s: tracks restarted", last - stamp_s)
+                self.reset()
+                last = None
+            else:
+                stamp_s = last
+        if last is not None:
+            self._intervals.append(stamp_s - last)
+        self._last_stamp_s = stamp_s
+        return stamp_s
+
+    def _age(self, matched: np.ndarray, stamp_s: float) -> None:
+        """After association: count a miss on every track left unmatched, end the ones past both ages."""
+        tracks = self._tracks
+        missed = np.ones(len(tracks), dtype=bool)
+        missed[matched] = False
+        tracks.misses[missed] += 1
+        tracks.misses[~missed] = 0
+        expired = (tracks.misses >= self.max_age_frames) & (stamp_s - tracks.last_seen_s > self.max_age_s)
+        tracks.keep(~expired)
 
     def _associate(
         self, instances: list[Instance], boxes: np.ndarray, areas: np.ndarray, stamp_s: float
@@ -410,10 +530,15 @@ class Sam3Tracker:
     """
 
     def __init__(
-        self, segmenter: Sam3Segmenter, max_age_s: float = DEFAULT_MAX_AGE_S, min_iou: float = DEFAULT_MIN_IOU
+        self,
+        segmenter: Sam3Segmenter,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        min_iou: float = DEFAULT_MIN_IOU,
+        max_age_frames: int = DEFAULT_MAX_AGE_FRAMES,
+        id_space: TrackIdSpace | None = None,
     ):
         self.segmenter = segmenter
-        self.tracker = InstanceTracker(max_age_s=max_age_s, min_iou=min_iou)
+        self.tracker = InstanceTracker(max_age_s, min_iou, max_age_frames, id_space)
 
     def __call__(
         self,

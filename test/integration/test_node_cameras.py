@@ -17,7 +17,7 @@ from sensor_msgs.msg import Image
 from vision_msgs.msg import Detection2DArray, Detection3DArray
 
 CAMERAS = ("front", "left")
-TRACK_MAX_AGE_S = 60
+TRACK_MAX_AGE_S = 1.0  # the default
 NODE_PARAMS = {
     "model_id": "tiny-random",
     "prompts": "['car']",
@@ -25,8 +25,6 @@ NODE_PARAMS = {
     "max_instances": "4",
     "cameras": str(list(CAMERAS)),
     "depth": "true",  # each camera its own depth pairing; frames without depth are answered in 2D
-    # Tracks outlive the seconds between frames on a loaded machine.
-    "track_max_age_s": str(float(TRACK_MAX_AGE_S)),
 }
 
 
@@ -162,8 +160,9 @@ def test_bad_frames_on_one_camera_are_counted_on_that_camera_only(cameras: Camer
 
 
 def test_each_camera_has_its_own_tracks(cameras: Cameras) -> None:
-    """Tracks age by their own camera's stamps: front jumping past track_max_age_s ends
-    front's tracks only; left's go on with the same ids."""
+    """Tracks age by their own camera's stamps and frames: front jumping past track_max_age_s
+    leaves left's tracks going on with the same ids; ids come from one space, so no id of one
+    camera is ever given by the other."""
 
     def ids(camera: str, seed: int, ahead_s: int = 0) -> list[str]:
         msg = _frame(camera, seed)
@@ -174,8 +173,9 @@ def test_each_camera_has_its_own_tracks(cameras: Cameras) -> None:
 
     left_ids = ids("left", 21)
     assert ids("left", 21) == left_ids and left_ids
-    ids("front", 22, ahead_s=2 * TRACK_MAX_AGE_S)  # front's clock leaps: its old tracks are over
+    front_ids = ids("front", 22, ahead_s=int(2 * TRACK_MAX_AGE_S))  # front's clock leaps
     assert ids("left", 21) == left_ids, "left's tracks must not age by front's stamps"
+    assert front_ids and not set(front_ids) & set(left_ids), "one id space for every camera"
 
 
 def test_depth_pairs_within_its_own_camera(cameras: Cameras) -> None:

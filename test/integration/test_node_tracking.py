@@ -22,8 +22,8 @@ NODE_PARAMS = {
     "threshold": "0.0",
     "max_instances": "6",
     "max_image_side": "256",
-    # Frames here come seconds apart on a loaded machine; the tracks must outlive the gaps.
-    "track_max_age_s": "60.0",
+    # track_max_age_s at its default (1 s): frames here come seconds apart on a loaded machine,
+    # and tracks age by the node's frames as well as by time, so they outlive the gaps.
 }
 
 

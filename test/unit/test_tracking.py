@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.tracking import InstanceTracker, crop_iou
+from tt_sam3_ros.tracking import STAMP_JUMP_BACK_S, InstanceTracker, TrackIdSpace, crop_iou
 
 SIZE = (480, 640)
 DT = 0.1  # 10 frames per second
@@ -112,7 +113,7 @@ def test_a_detection_continues_only_a_track_of_its_own_prompt() -> None:
 
 
 def test_an_object_gone_longer_than_max_age_comes_back_with_a_new_id() -> None:
-    tracker = InstanceTracker(max_age_s=0.3, min_iou=0.3)
+    tracker = InstanceTracker(max_age_s=0.3, min_iou=0.3, max_age_frames=2)
     assert ids(tracker.update(frame(blob(100, 100)), 0.0)) == [1]
     tracker.update(frame(), 0.2)
     assert tracker.track_count == 1  # a short gap keeps the track
@@ -253,8 +254,11 @@ _object = st.tuples(
     st.floats(0.05, 1.0),
 )
 def test_ids_are_unique_in_a_frame_and_never_come_back_after_death(frames, max_age_s, min_iou) -> None:
-    tracker = InstanceTracker(max_age_s=max_age_s, min_iou=min_iou)
+    max_age_frames = 2
+    tracker = InstanceTracker(max_age_s=max_age_s, min_iou=min_iou, max_age_frames=max_age_frames)
     last_seen: dict[int, float] = {}
+    missed: dict[int, int] = {}  # frames since each id was last given
+    dead: set[int] = set()
     stamp = 0.0
     for gap, objects in frames:
         stamp += gap
@@ -266,11 +270,14 @@ def test_ids_are_unique_in_a_frame_and_never_come_back_after_death(frames, max_a
         assert len(set(frame_ids)) == len(frame_ids)
         assert [i.box for i in tracked.instances] == [i.box for i in result.instances]
         for track_id in frame_ids:
-            if track_id in last_seen:
-                assert stamp - last_seen[track_id] <= max_age_s  # a dead id is never given again
-            else:
+            assert track_id not in dead  # a dead id is never given again
+            if track_id not in last_seen:
                 assert track_id > max(last_seen, default=0)  # new ids count up
-            last_seen[track_id] = stamp
+            last_seen[track_id], missed[track_id] = stamp, 0
+        for track_id in set(last_seen) - set(frame_ids) - dead:
+            missed[track_id] += 1
+            if missed[track_id] >= max_age_frames and stamp - last_seen[track_id] > max_age_s:
+                dead.add(track_id)  # unmatched for both ages: over
 
 
 def test_the_json_summary_carries_the_track_id_next_to_the_mask_id() -> None:
@@ -306,3 +313,84 @@ def test_a_nearby_object_of_another_prompt_or_size_is_not_taken_for_a_lost_one()
     other_prompt = tracker.update(frame(blob(150, 100, "person", side=40)), DT)
     much_larger = tracker.update(frame(blob(150, 100, side=120)), 2 * DT)
     assert ids(other_prompt) == [2] and ids(much_larger) == [3]
+
+
+def test_a_static_scene_fed_slowly_keeps_its_ids_at_the_defaults() -> None:
+    """A slow engine (a processed frame every 1.5 s, above track_max_age_s) keeps every id."""
+    tracker = InstanceTracker()
+    seen = [ids(tracker.update(frame(blob(100, 100), blob(300, 200)), 1.5 * step)) for step in range(6)]
+    assert seen == [[1, 2]] * 6
+
+
+def test_a_slow_camera_keeps_a_track_through_a_missed_frame() -> None:
+    """Expiry follows association and counts the camera's frames: one miss 3 s long is survived."""
+    tracker = InstanceTracker()
+    assert ids(tracker.update(frame(blob(100, 100)), 0.0)) == [1]
+    tracker.update(frame(), 3.0)  # the detector missed it once
+    assert ids(tracker.update(frame(blob(102, 100)), 6.0)) == [1]
+
+
+def test_a_track_ends_only_after_enough_missed_frames_and_enough_time() -> None:
+    tracker = InstanceTracker(max_age_s=1.0, max_age_frames=3)
+    tracker.update(frame(blob(100, 100)), 0.0)
+    tracker.update(frame(), 5.0)
+    tracker.update(frame(), 10.0)
+    assert tracker.track_count == 1  # 10 s, but only 2 missed frames
+    tracker.update(frame(), 15.0)
+    assert tracker.track_count == 0  # 3 missed frames and more than 1 s
+    fast = InstanceTracker(max_age_s=1.0, max_age_frames=3)
+    fast.update(frame(blob(100, 100)), 0.0)
+    for step in range(1, 10):
+        fast.update(frame(), step * 0.1)
+    assert fast.track_count == 1  # 9 missed frames, but only 0.9 s
+    assert ids(fast.update(frame(blob(100, 100)), 1.0)) == [1]
+
+
+def test_trackers_sharing_an_id_space_never_give_the_same_id() -> None:
+    """Two cameras of one node: an id names one object, whichever camera saw it."""
+    space = TrackIdSpace()
+    left, front = InstanceTracker(id_space=space), InstanceTracker(id_space=space)
+    left_ids, front_ids = set(), []
+    for step in range(3):
+        left_ids |= set(ids(left.update(frame(blob(100, 100), blob(300, 100 + 100 * step)), step * 5.0)))
+        front_ids += ids(front.update(frame(blob(100, 100)), step * 5.0))
+        front.reset()  # the same object, a new track each time: new ids
+    assert left_ids.isdisjoint(front_ids) and len(set(front_ids)) == 3
+    assert space.take(2).tolist() == [space.last_given - 1, space.last_given]
+    assert space.last_given == max(left_ids | set(front_ids)) + 2
+
+
+def test_an_id_space_gives_each_id_once_across_threads() -> None:
+    space = TrackIdSpace()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        chunks = list(pool.map(lambda _: space.take(3).tolist(), range(200)))
+    flat = [i for chunk in chunks for i in chunk]
+    assert sorted(flat) == list(range(1, 601))
+
+
+@pytest.mark.parametrize("back_s", [0.001, 0.2, 0.9])
+def test_a_frame_stamped_slightly_earlier_keeps_the_tracks(back_s: float) -> None:
+    """Jitter (two publishers, a clock correction): a small step back is not a new stream."""
+    tracker = InstanceTracker()
+    tracker.update(frame(blob(100, 100)), 10.0)
+    assert ids(tracker.update(frame(blob(101, 100)), 10.0 - back_s)) == [1]
+    assert ids(tracker.update(frame(blob(102, 100)), 10.1)) == [1]
+
+
+def test_only_a_real_jump_back_restarts_the_tracks() -> None:
+    tracker = InstanceTracker()
+    tracker.update(frame(blob(100, 100)), 10.0)
+    assert ids(tracker.update(frame(blob(100, 100)), 10.0 - STAMP_JUMP_BACK_S - 0.01)) == [2]
+
+
+def test_the_processed_interval_is_reported_with_a_warning_when_ageing_counts_frames() -> None:
+    fast, slow = InstanceTracker(), InstanceTracker()
+    assert fast.processed_interval_s is None and fast.ageing_warning() == ""
+    for step in range(5):
+        fast.update(frame(blob(100, 100)), step * 0.1)
+        slow.update(frame(blob(100, 100)), step * 4.0)
+    assert fast.processed_interval_s == pytest.approx(0.1)
+    assert fast.ageing_warning() == ""
+    assert slow.processed_interval_s == pytest.approx(4.0)
+    warning = slow.ageing_warning()
+    assert "4.0 s apart" in warning and "track_max_age_s 1" in warning and "3 missed frames" in warning
