@@ -286,7 +286,8 @@ def print_cost_model(result: dict[str, Any]) -> None:
     )
     print(
         f"physical floor: ViT {vit_flops / 1e12:.2f} TFLOP at HiFi2 = {floor * 1e3:.1f} ms "
-        f"(DESIGN.md: ~{trace_cost.VIT_FLOOR_MS:.0f} ms); goal {trace_cost.GOAL_MS:.0f} ms for the frame; "
+        f"(docs/design/facts.md: ~{trace_cost.VIT_FLOOR_MS:.0f} ms); "
+        f"goal {trace_cost.GOAL_MS:.0f} ms for the frame; "
         f"predicted / goal = {total * 1e3 / trace_cost.GOAL_MS:.2f}"
     )
     per_block = trace_cost.ops_per_block(result["ops"])

@@ -6,7 +6,7 @@ tensors' shapes, dtypes, layouts, fidelity and stage), from the real library on 
 from the emulator. Nothing here runs an op.
 
 Per op: time = max(FLOPs / matrix peak at its fidelity, DRAM bytes / DRAM bandwidth). The
-peaks are DESIGN.md's p150a figures for 120 cores; `cores` scales the matrix peak to the grid
+peaks are the p150a figures of docs/design/facts.md for 120 cores; `cores` scales the matrix peak to the grid
 the device opened. What the model assumes, so its numbers are read for what they are:
 - matrix FLOPs are counted on tile-padded shapes: linear/matmul 2*M*K*N per batch (with
   transpose_a/transpose_b read from the call), fused
@@ -45,21 +45,21 @@ from typing import Any
 
 from tt_sam3_ros.engines.base import MODEL_SIDE
 
-#: p150a matrix peak at 120 Tensix cores, TFLOP/s, by math fidelity (DESIGN.md 5; HiFi3 is
+#: p150a matrix peak at 120 Tensix cores, TFLOP/s, by math fidelity (docs/design/facts.md; HiFi3 is
 #: LoFi / 3 passes by the same rule: LoFi 1, HiFi2 2, HiFi4 4 passes).
 PEAK_TFLOPS = {"LOFI": 664.0, "HIFI2": 332.0, "HIFI3": 221.3, "HIFI4": 166.0}
 PEAK_CORES = 120
-#: GDDR6 bandwidth, GB/s (DESIGN.md 5).
+#: GDDR6 bandwidth, GB/s (docs/design/facts.md, Blackhole p150a).
 DRAM_GBPS = 512.0
 #: When an op names no compute config: assume the slowest fidelity, and say so.
 DEFAULT_FIDELITY = "HIFI4"
-#: The physical floor of SAM 3's ViT at HiFi2 and the frame goal (DESIGN.md 5, issue 11).
+#: The physical floor of SAM 3's ViT at HiFi2 and the frame goal (docs/design/facts.md, Blackhole p150a).
 VIT_FLOOR_MS = 16.0
 GOAL_MS = 40.0
 #: Issue 12's goals beside it: each prompt beyond the first, and camera frame to published mask.
 EXTRA_PROMPT_GOAL_MS = 3.0
 FRAME_TO_MASK_GOAL_MS = 50.0
-#: PCIe 5.0 x16 (DESIGN.md 5), one direction: 32 GT/s x 16 lanes x 128/130 line code / 8 bits.
+#: PCIe 5.0 x16 (docs/design/facts.md), one direction: 32 GT/s x 16 lanes x 128/130 line code / 8 bits.
 PCIE_GBPS = 32.0 * 16 * 128 / 130 / 8
 #: One frame's upload: the resized uint8 RGB square the image trace takes (1008 x 1008 x 3 B).
 FRAME_UPLOAD_BYTES = MODEL_SIDE * MODEL_SIDE * 3

@@ -3,7 +3,7 @@
 Pure functions over message types: nothing here creates a node, so the unit tests
 build messages by hand and check every byte. cv_bridge is deliberately not used:
 the only cv_bridge on PyPI is a broken ROS 1 repack that still imports, and the
-package must run where no ROS 2 cv_bridge exists (DESIGN.md, section 3).
+package must run where no ROS 2 cv_bridge exists (docs/design/facts.md, Conventions).
 
 Images in: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) and
 sensor_msgs/CompressedImage (JPEG, PNG) become uint8 (height, width, 3) RGB arrays.

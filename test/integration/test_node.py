@@ -67,7 +67,7 @@ def _detections_summary(msg) -> list[tuple]:
 
 
 def _check_answer(frame: Image, detections, mask: Image, prompts: list[str]) -> None:
-    """The rules of DESIGN.md section 3 that hold for any model, checked on one answer."""
+    """The rules of docs/design/facts.md, Conventions, that hold for any model, checked on one answer."""
     assert detections.header == frame.header
     assert mask.header == frame.header
     assert (mask.encoding, mask.height, mask.width) == ("mono8", frame.height, frame.width)

@@ -2,7 +2,7 @@
 
 Reference: transformers' Sam3Model called the documented way, one prompt per call,
 through Sam3Processor, plus one padded box so the geometry encoder's class token is
-part of the prompt as in Meta's model (DESIGN.md section 4).
+part of the prompt as in Meta's model (docs/design/facts.md, SAM 3).
 """
 
 from __future__ import annotations

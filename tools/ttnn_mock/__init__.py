@@ -1,4 +1,4 @@
-"""The real ttnn library on a mock Blackhole p150a, off-chip (DESIGN.md 5b).
+"""The real ttnn library on a mock Blackhole p150a, off-chip (docs/design/facts.md, Mock p150a).
 
 toolchain.py  the mock's scratch folder: cluster descriptor, runtime root, stand-in compiler.
 elf.py        the minimal ELF32 RISC-V executable the stand-in linker writes.

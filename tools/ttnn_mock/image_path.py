@@ -1,4 +1,4 @@
-"""Run the engine's image path with the real ttnn library on a mock p150a (DESIGN.md 5b).
+"""Run the engine's image path with the real ttnn library on a mock p150a (docs/design/facts.md, Mock p150a).
 
 Runs inside .venv-ttnn (CPython 3.12, ttnn 0.81.1), which has no torch: the weights come as
 a manifest (the image-path config and each prepared weight's name, role and shape, written

@@ -1,4 +1,5 @@
-"""Open a MOCK Blackhole p150a with the real ttnn 0.81.1 library and no card (DESIGN.md 5b).
+"""Open a MOCK Blackhole p150a with the real ttnn 0.81.1 library and no card (docs/design/facts.md, Mock
+p150a).
 
 Standard library only: it runs inside .venv-ttnn (CPython 3.12, the ttnn wheel) before ttnn
 is imported, and the 3.11 tests import it to check the wheel without importing ttnn.
@@ -35,7 +36,7 @@ from ttnn_conformance import MOCK_P150  # tools/ is on sys.path: the one p150 de
 
 from .elf import minimal_riscv_elf
 
-#: The wheel this stand-in was written for, and the facts read from it (DESIGN.md 5b).
+#: The wheel this stand-in was written for, and the facts read from it (docs/design/facts.md, Mock p150a).
 TTNN_VERSION = "0.81.1"
 SFPI_VERSION = "7.89.0"
 SFPI_BUILD = "1050"

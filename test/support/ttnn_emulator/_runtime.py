@@ -5,8 +5,8 @@ cause that the emulator turns into an error):
 - device open: one owner per chip (an open or busy chip, an absent id fail); the compute
   grid follows harvesting and the dispatch cores (DIE_GRID minus harvested columns, minus one
   column for worker dispatch, the Blackhole default); Ethernet dispatch fails to open unless
-  the settings say this build can (current builds cannot: DESIGN.md 5a), and a failed open
-  can be made to break later opens in the process (what a chip may do is unknown);
+  the settings say this build can (current builds cannot: docs/design/facts.md, tt-metal review),
+  and a failed open can be made to break later opens in the process (what a chip may do is unknown);
 - L1: each core's L1 bank holds SETTINGS.l1_bank_bytes (1,428,352 B, the real allocator's
   figure for a p150a); an L1 buffer (interleaved pages round-robin over the cores' banks, or
   one shard per core) that does not fit beside the live ones fails with the figures;
@@ -564,7 +564,7 @@ def _open(
         raise EmulatorError(f"open_device: chip {device_id} is in use by another process (device lock held)")
     dispatch = dispatch_core_config or DispatchCoreConfig()
     if dispatch.type == DispatchCoreType.ETH and not SETTINGS.eth_dispatch_opens:
-        # What the real library reports on a mock p150a (DESIGN.md 5b).
+        # What the real library reports on a mock p150a (docs/design/facts.md, Mock p150a).
         reason = "TT_FATAL: No core coordinate found at location: (0, 12, ETH, LOGICAL)"
         if SETTINGS.failed_open_breaks_process:
             _PROCESS["broken"] = f"an Ethernet-dispatch open failed earlier: {reason}"

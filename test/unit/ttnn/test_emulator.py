@@ -536,7 +536,7 @@ def test_l1_buffers_must_fit_the_bank_of_each_core(ttnn, device):
 
 
 def test_a_shard_larger_than_the_bank_fails_with_the_figure(ttnn, device):
-    # 2 MiB per core, which the real library refuses too (DESIGN.md 5b).
+    # 2 MiB per core, which the real library refuses too (docs/design/facts.md, Mock p150a).
     x = torch.zeros(1, 1, 8 * 1024, 1024)
     with pytest.raises(ttnn.EmulatorError, match=r"needs 2,097,152 B per core in L1.*1,428,352 B bank"):
         ttnn.from_torch(

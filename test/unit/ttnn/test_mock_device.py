@@ -103,7 +103,8 @@ def test_real_library_accepts_the_whole_image_path(manifests, tmp_path, size, gr
 
 def test_ethernet_dispatch_falls_back_to_worker_on_the_real_library(manifests, tmp_path):
     """Asked for Ethernet dispatch, the real 0.81.1 library refuses it on a p150a and the engine's
-    same-process retry with worker dispatch opens the chip (DESIGN.md 5a/5b)."""
+    same-process retry with worker dispatch opens the chip (docs/design/facts.md, tt-metal review and Mock
+    p150a)."""
     done, report = run_mock(manifests["tiny"], tmp_path / "report.json", "--dispatch", "ethernet")
     assert done.returncode == 0 and report["ok"], _failure(done, report)
     assert report["dispatch"] == "worker" and tuple(report["grid"]) == GRIDS["harvested"][1]
@@ -135,8 +136,8 @@ def test_no_dispatch_reports_per_core_peaks_for_every_stage(manifests, tmp_path)
 
 
 def test_trace_capture_still_crashes_on_the_mock(manifests, tmp_path):
-    """0.81.1 segfaults capturing a trace on the mock (DESIGN.md 5b): the check runs the traced
-    path eagerly. When a wheel captures, this fails, and the check should capture for real."""
+    """0.81.1 segfaults capturing a trace on the mock (docs/design/facts.md, Mock p150a): the check runs
+    the traced path eagerly. When a wheel captures, this fails, and the check should capture for real."""
     done, report = run_mock(manifests["tiny"], tmp_path / "report.json", "--real-trace")
     if done.returncode == -signal.SIGSEGV:
         pytest.xfail("trace capture segfaults inside tt-metal on the mock: the traced path runs eagerly")

@@ -7,7 +7,8 @@ _forward on the tiny model), and a shape-only log is the log of a run on real va
 test_trace_cost.py pins the image trace: the ops of each fusion-encoder layer, decoder layer and
 the decoder's glue, the scoring, the segmentation head and the mask read (a change that adds ops
 fails; one that fuses ops lowers the pin in the same commit), and that batching P prompts adds no
-op. The logged matrix FLOPs per prompt agree with DESIGN.md's independent count for SAM 3.
+op. The logged matrix FLOPs per prompt agree with the independent count for SAM 3 in
+docs/design/facts.md (SAM 3).
 """
 
 from __future__ import annotations
@@ -165,9 +166,9 @@ def test_shape_only_log_is_the_log_of_real_values():
 
 
 def test_full_size_flops_per_prompt_agree_with_the_design_count(full_log):
-    """Logged matrix FLOPs (tile-padded) against DESIGN.md 4's per-prompt count (fusion encoder
-    0.255 TFLOP, decoder 0.02, segmentation head 0.143 with every query's mask logits, which the
-    engine makes for the k kept rows per prompt, tile-padded, in the mask read instead)."""
+    """Logged matrix FLOPs (tile-padded) against the per-prompt count in docs/design/facts.md, SAM 3
+    (fusion encoder 0.255 TFLOP, decoder 0.02, segmentation head 0.143 with every query's mask logits,
+    which the engine makes for the k kept rows per prompt, tile-padded, in the mask read instead)."""
     ops, shapes = full_log
     tflop = Counter()
     for cost in trace_cost.price_all(ops):

@@ -63,7 +63,8 @@ def _descriptor(root: Path, cores: int) -> Path:
 
 
 def test_the_probe_reads_the_installed_wheels_descriptor_as_cannot_open():
-    """The real ttnn 0.81.1 wheel's descriptor lists 14 Ethernet dispatch cores (DESIGN.md 5a)."""
+    """The real ttnn 0.81.1 wheel's descriptor lists 14 Ethernet dispatch cores (docs/design/facts.md,
+    tt-metal review)."""
     from tt_sam3_ros.engines.ttnn_model.device import ethernet_dispatch_probe
 
     packages = sorted(REPO.glob(".venv-ttnn/lib/python3.*/site-packages/ttnn"))

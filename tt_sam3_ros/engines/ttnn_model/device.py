@@ -18,14 +18,15 @@ LOG = logging.getLogger(__name__)
 #: The ttnn release this engine's calls were checked against (tools/ttnn_conformance.py).
 WRITTEN_AGAINST_TTNN = "0.81.1"
 #: Device memory for the captured command stream of the image path. Not yet measured on a
-#: chip: DEVICE_VALIDATION.md asks for the size the capture reports.
+#: chip: docs/device_validation.md asks for the size the capture reports.
 DEFAULT_TRACE_REGION = 64 * 1024 * 1024
 #: L1 reserved for conv2d's halo and config tensors.
 DEFAULT_L1_SMALL = 32 * 1024
 #: How the chip is opened: "auto" (Ethernet dispatch when the installed build can open it, else
 #: worker), "worker" (tt-metal's Blackhole default) or "ethernet" (asked for, with a fallback).
 DISPATCH_MODES = ("auto", "worker", "ethernet")
-#: Ethernet cores a p150a can lend to dispatch (DESIGN.md 5a: at most 12 of the die's 14).
+#: Ethernet cores a p150a can lend to dispatch (docs/design/facts.md, tt-metal review: at most 12 of the
+#: die's 14).
 P150A_DISPATCH_ETH_CORES = 12
 #: tt-metal's Ethernet-dispatch core descriptor for a 140-core Blackhole, relative to its root.
 ETH_DISPATCH_DESCRIPTOR = Path("tt_metal", "core_descriptors", "blackhole_140_arch_eth_dispatch.yaml")
@@ -78,7 +79,8 @@ def ethernet_dispatch_probe(
     build's Ethernet-dispatch core descriptor, without opening anything.
 
     Opening is not a safe probe: a refused Ethernet open happens deep in device initialisation, and
-    whether the process can still open the chip afterwards is known only for the mock (DESIGN.md 5b).
+    whether the process can still open the chip afterwards is known only for the mock (docs/design/facts.md,
+    Mock p150a).
     The descriptor is what fails on current builds: it lists more Ethernet dispatch cores than a
     p150a has, and the allocator's configuration walks all of them ("No core coordinate found").
     A build whose every harvesting variant lists at most P150A_DISPATCH_ETH_CORES cores for this
@@ -125,7 +127,7 @@ def open_blackhole(
     Tenstorrent's own SAM 3 demo opens the chip. "ethernet": current Blackhole builds cannot open
     it (their Ethernet-dispatch core descriptor lists more cores than the chip has), and when it
     fails the chip is opened with worker dispatch in the same process, with a warning (the real
-    library allows that retry on a mock p150a; DEVICE_VALIDATION.md asks a chip owner to confirm
+    library allows that retry on a mock p150a; docs/device_validation.md asks a chip owner to confirm
     it on a chip).
     The compute grid is never assumed: callers read it from the opened device. When no open
     works, the error names the likely causes: no chip, or one held by another process.
