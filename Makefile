@@ -1,4 +1,4 @@
-# The README's two commands: `make run` and `make test`. Each sets up what is missing first.
+# Two commands (docs/development.md): `make run` and `make test`. Each sets up what is missing first.
 #   PYTHON=python3.12   interpreter for .venv (default python3.11)
 #   ROS=jazzy           PyPI ROS 2 wheels to use where no ROS 2 is sourced (default kilted)
 #   MODEL=tiny-random   run the plumbing without weights (output is meaningless)
@@ -28,6 +28,7 @@ ttnn-env:
 
 # Everything the suite starts runs with ROS 2 discovery confined to this machine.
 test: lint ttnn-env
+	$(SANDBOX) $(PY) tools/gen_docs.py --check
 	$(SANDBOX) $(PY) -m pytest $(ARGS)
 
 run: setup

@@ -1,6 +1,6 @@
 """The image path on a real p150a: per-block and whole-path PCC, trace vs eager, latency per stage.
 
-Run (see DEVICE_VALIDATION.md):
+Run (see docs/device_validation.md):
     TT_METAL_TRACE_ALLOC_TRACKING=1 pytest -m device test/device -v -s --timeout 3600
 Gates: PCC >= 0.99 for each ported block and >= 0.995 for each FPN map against transformers
 (float32 CPU), the gate the emulator's numerics model of the chip passes off-chip; trace replay
@@ -26,7 +26,8 @@ pytestmark = pytest.mark.device
 PCC_GATE = 0.99
 FPN_PCC_GATE = 0.995
 IMAGE_PATH_GOAL_MS = 40.0
-#: The ViT's physical floor at HiFi2 on a p150a (DESIGN.md 5): a replay cannot be faster.
+#: The ViT's physical floor at HiFi2 on a p150a (docs/design/facts.md, Blackhole p150a): a replay cannot be
+#: faster.
 IMAGE_PATH_FLOOR_MS = 16.0
 #: Compute grids worker dispatch leaves on a Blackhole, by harvesting.
 WORKER_GRIDS = {(13, 10), (12, 10), (11, 10)}

@@ -1,6 +1,6 @@
 """The chip prompt path on a real p150a: everything after the text encoder on the chip, end to end.
 
-Run with the image-path tests (see DEVICE_VALIDATION.md):
+Run with the image-path tests (see docs/device_validation.md):
     TT_METAL_TRACE_ALLOC_TRACKING=1 pytest -m device test/device -v -s --timeout 3600
 The engine is TtnnEngine(..., prompt_path="chip"): the class token in the image trace, one
 prompt trace per bucket of prompt counts. Gates:

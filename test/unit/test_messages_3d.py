@@ -219,17 +219,17 @@ def test_foreign_point_cloud_layout_is_refused() -> None:
         messages_3d.cloud_from_message(msg)
 
 
-def test_readme_reader_recovers_each_instance_from_the_cloud() -> None:
-    """The README's consumer snippet, run on a cloud we publish, gives back each instance's points."""
+def test_depth_doc_reader_recovers_each_instance_from_the_cloud() -> None:
+    """docs/depth.md's consumer snippet, run on a cloud we publish, gives back each instance's points."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "depth.md").read_text()
     (block,) = [
         b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL) if "def instance_points" in b
     ]
     namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, "docs/depth.md", "exec"), namespace)
     cloud = np.zeros(5, depth.POINT_DTYPE)
     cloud["x"], cloud["y"], cloud["z"] = np.arange(5), -np.arange(5), np.arange(5) + 1.0
     cloud["instance"] = [1, 2, 1, 3, 1]

@@ -24,7 +24,7 @@ buffers frame N's prompt trace leaves for them), and the host's work on frame N'
 or Tenstorrent's container), never a pip requirement of this package; it is imported when
 the engine is built, or injected (``ttnn_module=``), which is how tests run this engine on
 the torch-backed emulator in test/support. This code was written against ttnn 0.81.1 and
-has not yet run on a chip; see README.md ("The Blackhole (ttnn) engine") and DEVICE_VALIDATION.md.
+has not yet run on a chip; see docs/blackhole.md and docs/device_validation.md.
 """
 
 from __future__ import annotations
