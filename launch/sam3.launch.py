@@ -29,6 +29,12 @@ Arguments (each optional):
                  publishes /sam3/<camera>/detections, /sam3/<camera>/masks, ...
     <camera>_image  for each camera named in ``cameras``, its image topic (default
                  <camera>/image); not declared, so ``ros2 launch --show-args`` omits it.
+    rviz         true: also start rviz2 with this package's config/sam3.rviz (the overlay,
+                 the instance mask, and with depth the labelled points coloured by instance
+                 and the Detection3DArray; needs the rviz2 and vision_msgs_rviz_plugins
+                 packages). Its topics are one camera's in the default namespace.
+    rviz_fixed_frame  RViz's fixed frame: the colour camera's optical frame (the images'
+                 frame_id), where the 3D outputs are (default camera_color_optical_frame).
 
 The node is a managed (lifecycle) node that configures and activates itself unless the
 params file sets ``autostart: false``; then drive it with ``ros2 lifecycle set``.
@@ -39,11 +45,14 @@ from __future__ import annotations
 import yaml
 from launch import LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import LifecycleNode
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = "tt_sam3_ros"
+#: The RViz view installed to share/tt_sam3_ros/config (rviz:=true).
+RVIZ_CONFIG = "sam3.rviz"
 
 
 def prompt_list(text: str) -> list[str]:
@@ -131,6 +140,19 @@ def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
     ]
 
 
+def _rviz() -> Node:
+    """rviz2 with the package's view of the outputs, started only with rviz:=true."""
+    config = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", RVIZ_CONFIG])
+    return Node(
+        package="rviz2",
+        executable="rviz2",
+        name="rviz2",
+        arguments=["-d", config, "-f", LaunchConfiguration("rviz_fixed_frame")],
+        condition=IfCondition(LaunchConfiguration("rviz")),
+        output="screen",
+    )
+
+
 def generate_launch_description() -> LaunchDescription:
     default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "sam3.yaml"])
     return LaunchDescription(
@@ -173,6 +195,17 @@ def generate_launch_description() -> LaunchDescription:
                 description="Camera names, e.g. \"['front', 'left']\"; empty: from params_file "
                 "(none: one camera on image).",
             ),
+            DeclareLaunchArgument(
+                "rviz",
+                default_value="false",
+                description="true: also start rviz2 with this package's config/sam3.rviz.",
+            ),
+            DeclareLaunchArgument(
+                "rviz_fixed_frame",
+                default_value="camera_color_optical_frame",
+                description="RViz's fixed frame: the colour camera's optical frame (the images' frame_id).",
+            ),
             OpaqueFunction(function=_sam3_node),
+            _rviz(),
         ]
     )

@@ -20,7 +20,7 @@ from sensor_msgs.msg import PointCloud2
 from vision_msgs.msg import Detection3DArray
 
 from tt_sam3_ros.depth import STATS_POINT_BUDGET
-from tt_sam3_ros.messages_3d import cloud_from_message
+from tt_sam3_ros.messages_3d import POINT_FIELDS, cloud_from_message
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
@@ -178,3 +178,39 @@ def test_depth_from_another_frame_is_refused_and_2d_keeps_flowing(sam3: DepthCli
     status = sam3.depth_status(lambda d: int(d["depth_rejected"]) >= 1)
     assert "frame_id 'camera_depth_optical_frame'" in status["last_error"]
     assert key not in sam3.detections_3d
+
+
+#: The message type each display class of config/sam3.rviz subscribes to (rviz_default_plugins'
+#: and vision_msgs_rviz_plugins' plugin descriptions).
+RVIZ_DISPLAY_TYPES = {
+    "rviz_default_plugins/Image": "sensor_msgs/msg/Image",
+    "rviz_default_plugins/PointCloud2": "sensor_msgs/msg/PointCloud2",
+    "vision_msgs_rviz_plugins/Detection3DArray": "vision_msgs/msg/Detection3DArray",
+}
+RVIZ_CONFIG = Path(__file__).resolve().parents[2] / "config" / "sam3.rviz"
+
+
+def test_every_topic_the_rviz_config_shows_is_one_the_node_publishes(sam3: DepthClient) -> None:
+    """rviz:=true must show the node's outputs: each display's topic and type against the running
+    node's own publishers (depth on, so the 3D outputs exist)."""
+    import yaml
+
+    displays = yaml.safe_load(RVIZ_CONFIG.read_text())["Visualization Manager"]["Displays"]
+    shown = {(display["Topic"]["Value"], RVIZ_DISPLAY_TYPES[display["Class"]]) for display in displays}
+    assert {topic for topic, _ in shown} >= {
+        "/sam3/overlay",
+        "/sam3/masks",
+        "/sam3/points",
+        "/sam3/detections_3d",
+    }
+
+    def published() -> set[tuple[str, str]]:
+        found = sam3.probe.get_publisher_names_and_types_by_node("sam3", "/")
+        return {(topic, kind) for topic, kinds in found for kind in kinds}
+
+    spin_until(sam3.probe, lambda: shown <= published(), timeout_s=10.0)
+    assert shown - published() == set(), f"the node publishes {sorted(published())}"
+    # The cloud display colours points by the field that holds the instance (every cloud's fields).
+    cloud = next(d for d in displays if d["Class"] == "rviz_default_plugins/PointCloud2")
+    assert cloud["Color Transformer"] == "Intensity" and cloud["Channel Name"] == "instance"
+    assert "instance" in [name for name, _, _ in POINT_FIELDS]

@@ -15,7 +15,8 @@ import pytest
 
 LAUNCH_FILE = Path(__file__).resolve().parents[2] / "launch" / "sam3.launch.py"
 ARGUMENTS = {"image", "prompts", "engine", "model_id", "device", "dtype", "threshold", "params_file"}
-ARGUMENTS |= {"namespace", "cameras"}
+ARGUMENTS |= {"namespace", "cameras", "rviz", "rviz_fixed_frame"}
+RVIZ_CONFIG = LAUNCH_FILE.parents[1] / "config" / "sam3.rviz"
 
 
 def test_launch_file_is_python_with_a_generate_launch_description() -> None:
@@ -84,3 +85,26 @@ def test_each_cameras_image_argument_remaps_that_camera_only() -> None:
         ("front/image/compressed", "/front/color/image_raw/compressed"),
     ]
     assert module.name_list("['front', 'left']", "cameras") == ["front", "left"]
+
+
+def test_rviz_true_starts_rviz2_with_the_packages_config() -> None:
+    """Without launch_ros: the launch file names rviz2 and a config file the package installs."""
+    source = LAUNCH_FILE.read_text()
+    tree = ast.parse(source)
+    strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}
+    assert {"rviz2", RVIZ_CONFIG.name} <= strings
+    assert RVIZ_CONFIG.is_file()
+
+
+def test_rviz_node_is_there_only_when_asked() -> None:
+    module, launch = _load_launch_module()
+    from launch_ros.actions import Node
+
+    description = module.generate_launch_description()
+    rviz = [entity for entity in description.entities if isinstance(entity, Node)]
+    assert len(rviz) == 1 and rviz[0].condition is not None
+    context = launch.LaunchContext()
+    context.launch_configurations.update({"rviz": "false", "rviz_fixed_frame": "camera_link"})
+    assert not rviz[0].condition.evaluate(context)
+    context.launch_configurations["rviz"] = "true"
+    assert rviz[0].condition.evaluate(context)
