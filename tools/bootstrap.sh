@@ -87,6 +87,8 @@ make_venv
 mkdir -p "$stamps"
 step core "$(hash_of requirements/core.txt)" pip_install -r requirements/core.txt
 step dev "$(hash_of requirements/dev.txt)" pip_install -r requirements/dev.txt
+# colcon, for the workspace build test (python -m colcon build, as in a ROS 2 workspace).
+step colcon "$(hash_of requirements/colcon.txt)" pip_install -r requirements/colcon.txt
 if sourced_ros_has_rclpy; then
   say "using the sourced ROS 2 $ROS_DISTRO; no ROS wheels installed"
 else
