@@ -6,6 +6,7 @@ decoder and mask head) and keep texts inside what CLIP's 32-token context can us
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from .errors import InputError, quoted
@@ -34,6 +35,11 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: boo
     prompt as a class name in LabelInfo, and a consumer matching the parameter's text must find
     it unchanged.
 
+    A prompt that SAM 3 would read as another one of the list (the same text up to case and
+    runs of spaces: its CLIP tokenizer lowercases and folds them) is refused: it would report
+    every object twice, with two ids. NUL and every other control character are refused
+    wherever they are (``str.isprintable``); surrounding whitespace is stripped or refused.
+
     Raises:
         InputError: naming the limit that was broken and the offending value.
     """
@@ -43,7 +49,8 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: boo
         raise InputError("prompts must not be empty: give at least one text, e.g. ['car']")
     if len(prompts) > max_prompts:
         raise InputError(f"too many prompts: {len(prompts)} given, at most {max_prompts} allowed")
-    cleaned = []
+    cleaned: list[str] = []
+    seen: dict[str, int] = {}
     for index, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
             raise InputError(f"prompt {index} must be a string, got {type(prompt).__name__}")
@@ -61,5 +68,19 @@ def validate_prompts(prompts: object, max_prompts: int = MAX_PROMPTS, exact: boo
             raise InputError(
                 f"prompt {index} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} allowed"
             )
+        key = _as_read(text)
+        if key in seen:
+            first = seen[key]
+            raise InputError(
+                f"prompt {index} {quoted(text)} repeats prompt {first} {quoted(cleaned[first])}: SAM 3 "
+                "reads them alike (case and spaces aside), so every object would be reported twice; "
+                "give each text once"
+            )
+        seen[key] = index
         cleaned.append(text)
     return cleaned
+
+
+def _as_read(text: str) -> str:
+    """The text as SAM 3's CLIP tokenizer normalises it: NFC, runs of whitespace as one space, lowercase."""
+    return " ".join(unicodedata.normalize("NFC", text).split()).lower()

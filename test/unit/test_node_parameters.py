@@ -64,6 +64,7 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"max_prompts": 0}, "max_prompts must be an integer in 1..16, got '0'"),
         ({"max_prompts": 17}, "max_prompts must be an integer in 1..16, got '17'"),
         ({"prompts": []}, "must not be empty"),
+        ({"prompts": ["car", "person", "car"]}, "prompt 2 'car' repeats prompt 0 'car'"),
         ({"threshold": 1.5}, "threshold must be in [0, 1]"),
         ({"engine": "gpu"}, "engine must be one of auto, torch, ttnn"),
         ({"ttnn_weight_dtype": "int8"}, "ttnn_weight_dtype must be one of bfloat8_b, bfloat16, float32"),
