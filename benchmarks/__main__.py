@@ -1,6 +1,9 @@
-"""`python -m benchmarks [--quick] [--only SECTION] [--device cpu|cuda]`: print the tables.
+"""`python -m benchmarks [--quick] [--only SECTION] [--device cpu|cuda] [--results DIR]`: print the tables.
 
 SECTION: model, host, stream, tracking, blackhole, fidelity (repeatable; default: all).
+--results DIR also writes each section's tables to DIR/<section>.json with one metadata record (date,
+commit, machine, command); the figures in the docs are generated from benchmarks/results/
+(tools/gen_docs.py), so `--results benchmarks/results` then a rerun of the generator updates them.
 
 The GPU check is `python3 -m benchmarks --only model --device cuda` (tools/gpu_check.sh).
 """
@@ -30,7 +33,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="cpu",
         help="device of the sections that take one (model): cpu (default), cuda, cuda:N",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--results",
+        metavar="DIR",
+        help="also write each section's tables to DIR/<section>.json (benchmarks/results feeds the docs)",
+    )
+    args = parser.parse_args(argv)
+    if args.results and args.quick:
+        parser.error("--results records real runs only; --quick numbers say nothing about speed")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from tt_sam3_ros.engines.base import EngineError
     from tt_sam3_ros.engines.torch_engine import resolve_device
 
-    from . import report
+    from . import report, results
 
     try:
         resolve_device(args.device)
@@ -66,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         takes_device = "device" in inspect.signature(module.main).parameters
         if args.device != "cpu" and not takes_device:
             print(f"\n(section {section} runs on the CPU whatever --device says)")
+        report.recorded()
         found = module.main(args.quick, device=args.device) if takes_device else module.main(args.quick)
         failures += found or []
+        if args.results:
+            command = argv if argv is not None else sys.argv[1:]
+            results.write(args.results, section, report.recorded(), command)
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0

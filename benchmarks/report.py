@@ -57,14 +57,29 @@ def progress(text: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+#: Every table printed since the last ``recorded()``, with the title above it, for
+#: ``python -m benchmarks --results DIR`` (benchmarks/results/*.json, the docs' figures).
+_RECORDED: list[dict[str, object]] = []
+_TITLE = [""]
+
+
 def title(text: str) -> None:
     """A section heading."""
+    _TITLE[0] = text
     print(f"\n== {text} ==", flush=True)
+
+
+def recorded() -> list[dict[str, object]]:
+    """The tables printed since the last call (title, headers, rows as printed), then forgets them."""
+    tables = list(_RECORDED)
+    _RECORDED.clear()
+    return tables
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """Print rows under headers, columns padded to their widest cell."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    _RECORDED.append({"title": _TITLE[0], "headers": cells[0], "rows": cells[1:]})
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for index, row in enumerate(cells):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

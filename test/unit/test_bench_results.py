@@ -1,0 +1,40 @@
+"""`python -m benchmarks --results DIR`: the printed tables, as printed, with their metadata."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import __main__ as bench_main
+from benchmarks import report, results
+
+
+def test_tables_are_recorded_as_printed_under_their_title(capsys) -> None:
+    report.recorded()
+    report.title("image trace cost model")
+    report.table(["stage", "ms"], [["ViT", 1.5], ["neck", "2.48"]])
+    assert report.recorded() == [
+        {
+            "title": "image trace cost model",
+            "headers": ["stage", "ms"],
+            "rows": [["ViT", "1.5"], ["neck", "2.48"]],
+        }
+    ]
+    assert report.recorded() == []  # read once
+    assert "neck   2.48" in capsys.readouterr().out
+
+
+def test_results_file_holds_the_tables_and_when_where_how(tmp_path) -> None:
+    tables = [{"title": "t", "headers": ["a"], "rows": [["1"]]}]
+    path = results.write(tmp_path, "host", tables, ["--only", "host", "--results", str(tmp_path)])
+    written = json.loads(path.read_text())
+    assert path.name == "host.json" and written["tables"] == tables
+    assert set(written["meta"]) == {"date", "commit", "machine", "command"}
+    assert written["meta"]["command"].startswith("python -m benchmarks --only host")
+    assert "cores" in written["meta"]["machine"]
+
+
+def test_quick_runs_are_not_recorded() -> None:
+    with pytest.raises(SystemExit):
+        bench_main.parse_args(["--quick", "--results", "somewhere"])
