@@ -4,6 +4,11 @@ card) and its cost model.
 First the host table (benchmarks/blackhole_host.py: host work per frame, today's input path beside
 a uint8 upload, with the wheel's own conversions).
 
+Then the calibrated cost model's ground (benchmarks/calibration_report.py): the figures tt-metal
+publishes for Blackhole with their sources, and the model's predictions for tt-metal's measured
+workloads beside those measurements. After the roofline tables below, the same traces and the frame
+priced by the calibrated model, and the op groups that cost the most by it.
+
 Tables from one forward of the engine's image path, run by tools/ttnn_mock/image_path.py in
 .venv-ttnn with NO_DISPATCH graph capture, one capture per stage (and once more, one per op):
 - per-core peak L1 of each stage as the real library sizes it (L1 buffers, circular buffers,
@@ -37,7 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import blackhole_host, prompt_trace, report, trace_cost
+from . import blackhole_host, calibration_report, prompt_trace, report, trace_cost
 
 REPO = Path(__file__).resolve().parents[1]
 TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
@@ -334,8 +339,9 @@ def prompt_trace_rows(logs: dict[int, list[dict[str, Any]]]) -> tuple[list, dict
     return list(stages.values()), totals
 
 
-def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> None:
-    """The prompt trace's cost model per stage, then both traces per frame against the goals."""
+def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> dict[int, list[dict[str, Any]]]:
+    """The prompt trace's cost model per stage, then both traces per frame against the goals;
+    returns the prompt traces' op logs by prompt count."""
     size = "tiny" if quick else "full"
     counts = prompt_trace.PROMPT_COUNTS
     report.progress(f"prompt trace ({size}) through the emulator, shapes only: {counts} prompts")
@@ -412,10 +418,13 @@ def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> None:
         "(Sam3Segmenter.segment_stream); the host work per frame (first table), the score readback and "
         "the host's pick of the kept rows come on top of both"
     )
+    return logs
 
 
 def main(quick: bool) -> None:
     blackhole_host.print_host_table(quick)
+    calibration_report.print_facts()
+    calibration_report.print_validation()
     sys.path.insert(0, str(REPO / "tools"))
     from ttnn_mock import manifest
 
@@ -451,6 +460,9 @@ def main(quick: bool) -> None:
         print_peaks(name, result)
     print_largest_ops(per_op)
     print_cost_model(first)
-    print_two_traces(first["ops"], quick)
+    logs = print_two_traces(first["ops"], quick)
+    grid = first["grid"][0] * first["grid"][1]
+    image_s = calibration_report.print_image_trace(first["ops"], grid)
+    calibration_report.print_frames(image_s, logs, grid)
     if attention:
         print_attention_chunks(attention, blocks_of_each_kind(first["ops"]))

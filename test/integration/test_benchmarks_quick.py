@@ -101,6 +101,14 @@ def test_quick_benchmarks_print_every_other_table() -> None:
         frame_rows = [line.split() for line in out.split("== per frame:")[1].splitlines()[3:6]]
         assert [row[0] for row in frame_rows] == ["1", "4", "16"]
         assert "goals (issue 12): image trace <= 40 ms" in out
+        # the same traces and the frame under the calibrated model
+        assert "== image trace, calibrated (110 cores) beside the roofline" in out
+        assert "== prompt traces and the frame, calibrated (110 cores)" in out
+    # blackhole: the calibrated model's facts and its validation, whatever the mock did
+    assert "== calibration: what tt-metal measures on Blackhole" in out
+    validation = out.split("== calibrated model against tt-metal's measured Blackhole workloads")[1]
+    assert "high-res ViT, sequence 3072, hidden 2304, 12 layers, batch 1" in validation
+    assert "ViT-B/16, batch 10, 224 tokens" in validation
 
 
 def test_only_runs_the_named_section() -> None:

@@ -146,7 +146,9 @@ def _options(args: tuple, kwargs: dict[str, Any]) -> tuple[str | None, dict[str,
         elif hasattr(value, "math_fidelity"):
             fidelity = _name(value.math_fidelity)
             options[key + ".math_approx_mode"] = bool(getattr(value, "math_approx_mode", False))
+            options[key + ".fp32_dest_acc_en"] = bool(getattr(value, "fp32_dest_acc_en", False))
         elif key == "program_config":
+            options[key] = value is not None
             for attr in ("q_chunk_size", "k_chunk_size", "exp_approx_mode"):
                 if hasattr(value, attr):
                     options[attr] = _scalar(getattr(value, attr))

@@ -253,3 +253,17 @@ def test_a_pipelined_stream_frame_hides_the_upload_behind_the_device_work():
     assert trace_cost.stream_frame_seconds(0.002, 0.030, pipelined=False) == pytest.approx(0.032)
     assert trace_cost.stream_frame_seconds(0.002, 0.030, pipelined=True) == pytest.approx(0.030)
     assert trace_cost.stream_frame_seconds(0.050, 0.030, pipelined=True) == pytest.approx(0.050)
+
+
+def test_calibrated_model_prices_every_op_of_the_image_path_above_its_roofline(recorded_forward):
+    """The engine's own ops (with the options the recorder logs: fp32 accumulation, activations,
+    program configs) never come out faster under the calibrated model than at the roofline, and the
+    engine's compute configs carry fp32 accumulation into the attention's price."""
+    from benchmarks import calibrated_cost
+
+    ops, *_ = recorded_forward
+    for op in ops:
+        assert calibrated_cost.price(op).seconds >= trace_cost.price(op).seconds, op["op"]
+    attention = [op for op in ops if op["op"] == trace_cost.ATTENTION]
+    assert attention
+    assert all(op["options"]["compute_kernel_config.fp32_dest_acc_en"] for op in attention)
