@@ -1,12 +1,153 @@
 """Figures the documentation quotes, rendered from benchmark results (benchmarks/results/*.json).
 
 tools/gen_docs.py fills each ``<!-- BEGIN GENERATED: name -->`` region of README.md and docs/
-with ``REGIONS[name]()``, so a quoted figure has one source: the results file a benchmark wrote.
+with ``REGIONS[name]()``, so a quoted figure has one source: the results file a benchmark wrote
+(``python -m benchmarks --only SECTION --results benchmarks/results``). Every table comes with
+one metadata line (date, commit, machine, command).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def load(section: str) -> dict[str, Any]:
+    """benchmarks/results/<section>.json."""
+    return json.loads((RESULTS / f"{section}.json").read_text(encoding="utf-8"))
+
+
+def find(section: str, title: str, occurrence: int = 0) -> dict[str, Any]:
+    """The ``occurrence``-th table of a section whose title starts with ``title``.
+
+    Raises:
+        LookupError: no such table (the benchmark changed its titles: update the name here).
+    """
+    tables = [t for t in load(section)["tables"] if t["title"].startswith(title)]
+    if len(tables) <= occurrence:
+        raise LookupError(f"benchmarks/results/{section}.json has no table titled {title!r}...")
+    return tables[occurrence]
+
+
+def metadata_line(section: str, kind: str = "Measured") -> str:
+    """One line: what kind of figure, when, at which commit, on which machine, by which command."""
+    meta = load(section)["meta"]
+    line = f"{kind} {meta['date']} at commit {meta['commit']} on {meta['machine']}, by `{meta['command']}`."
+    if meta.get("source"):
+        line += f" {meta['source']}"
+    return line
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + " --- |" * len(headers)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+PREDICTED = "Predicted by the roofline cost model (benchmarks/trace_cost.py), not measured:"
+SIZED = "Sized by the real ttnn 0.81.1 library on a mock p150a (nothing computes):"
+
+
+def table(section: str, title: str, kind: str = "Measured") -> str:
+    """A results table as Markdown, its metadata line above it."""
+    found = find(section, title)
+    return f"{metadata_line(section, kind)}\n\n{markdown_table(found['headers'], found['rows'])}"
+
+
+def _number(text: str) -> float:
+    return float(re.sub(r"[^0-9.eE+-]", "", text))
+
+
+def _column(found: dict[str, Any], header: str) -> int:
+    return next(k for k, h in enumerate(found["headers"]) if h.startswith(header))
+
+
+def blackhole_prediction() -> dict[str, float]:
+    """The roofline model's per-frame figures: image trace, 1-prompt frame, worst extra prompt (ms)."""
+    frame = find("blackhole", "per frame: upload + image trace")
+    first = frame["rows"][0]
+    extra = [
+        _number(r[_column(frame, "per extra prompt")])
+        for r in frame["rows"]
+        if r[_column(frame, "per extra")]
+    ]
+    return {
+        "image_ms": _number(first[_column(frame, "image trace")]),
+        "prompt_ms": _number(first[_column(frame, "prompt trace")]),
+        "frame_ms": _number(first[_column(frame, "frame ms, sequential")]),
+        "extra_prompt_ms": max(extra),
+    }
+
+
+def blackhole_summary() -> str:
+    """One sentence for the README and docs/blackhole.md."""
+    p = blackhole_prediction()
+    meta = load("blackhole")["meta"]
+    return (
+        f"Not measured on a chip. The roofline cost model (`benchmarks/trace_cost.py`) predicts "
+        f"{p['frame_ms']:.1f} ms of device time for a frame with one prompt on the chip prompt path "
+        f"(image trace {p['image_ms']:.1f} ms, prompt trace {p['prompt_ms']:.1f} ms) and up to "
+        f"{p['extra_prompt_ms']:.1f} ms per extra prompt: predictions, not measurements "
+        f"({meta['date']}, commit {meta['commit']}; [figures](figures/blackhole.md))."
+    )
+
+
+def readme_speed() -> str:
+    """The README's expected-speed table: measured CPU figures, CUDA not measured, ttnn predicted."""
+    model = find("model", "model: our torch engine")
+    ours = {row[1]: row for row in model["rows"] if row[0].startswith("ours")}
+    one = _column(model, "1 prompt")
+    cpu_meta = load("model")["meta"]
+    p = blackhole_prediction()
+    bh_meta = load("blackhole")["meta"]
+    rows = [
+        [
+            "`torch`, CPU",
+            f"{_number(ours['float32'][one]):.0f} s float32, {_number(ours['bfloat16'][one]):.1f} s bfloat16 "
+            "(1 prompt)",
+            f"measured {cpu_meta['date']} on {cpu_meta['machine'].split(';')[0]}: "
+            "[benchmarks](docs/benchmarks.md#the-model-our-torch-engine-against-transformers-documented-usage)",
+        ],
+        [
+            "`torch`, CUDA",
+            "not measured by this project; Meta reports about 30 ms per image on an H200",
+            "the SAM 3 paper",
+        ],
+        [
+            "`ttnn`, p150a",
+            f"not measured; predicted {p['frame_ms']:.1f} ms of device time (1 prompt, chip prompt path), "
+            f"+{p['extra_prompt_ms']:.1f} ms per extra prompt",
+            f"roofline cost model, {bh_meta['date']}: [figures](docs/figures/blackhole.md)",
+        ],
+    ]
+    return markdown_table(["engine", "per frame, full-size SAM 3", "source"], rows)
+
 
 #: Generated region name -> its Markdown.
-REGIONS: dict[str, Callable[[], str]] = {}
+REGIONS: dict[str, Callable[[], str]] = {
+    "readme-speed": readme_speed,
+    "blackhole-summary": blackhole_summary,
+    "model": partial(table, "model", "model: our torch engine"),
+    "blackhole-host": partial(table, "blackhole", "ttnn engine: host work per frame"),
+    "blackhole-l1-harvested": partial(
+        table, "blackhole", "per-core peak L1 by stage, NO_DISPATCH: harv", SIZED
+    ),
+    "blackhole-l1-unharvested": partial(
+        table, "blackhole", "per-core peak L1 by stage, NO_DISPATCH: unh", SIZED
+    ),
+    "blackhole-largest-ops": partial(table, "blackhole", "ops nearest the L1 bank", SIZED),
+    "blackhole-image-trace": partial(table, "blackhole", "image trace cost model", PREDICTED),
+    "blackhole-dominant-ops": partial(table, "blackhole", "ops that take the most modelled time", PREDICTED),
+    "blackhole-prompt-trace": partial(table, "blackhole", "prompt trace cost model", PREDICTED),
+    "blackhole-frame": partial(table, "blackhole", "per frame: upload + image trace", PREDICTED),
+    "blackhole-attention": partial(table, "blackhole", "fused attention chunk sizes", PREDICTED),
+}
