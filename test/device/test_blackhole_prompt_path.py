@@ -17,8 +17,8 @@ prompt trace per bucket of prompt counts. Gates:
 - latency, each bound of each window its own test: the prompt trace's replay (1 prompt), the
   cost of each extra prompt (4 prompts against 1) and a 1080p frame to its mask (Sam3Segmenter,
   1 prompt), each between a floor (a faster figure means the timing did not wait for the chip)
-  and the project's goal (which may fail today: the cost model predicts 13 ms for one prompt's
-  replay and 12.7 ms per extra prompt, benchmarks/).
+  and the project's goal (which may fail: the roofline cost model's predictions are in
+  docs/figures/blackhole.md).
 With seeded random weights (no --sam3-model) the prompt modules are re-drawn at unit gain
 (test/support/random_weights.py), so a wrong stage cannot hide behind scores that all sit at 0.25.
 """

@@ -304,3 +304,36 @@ def test_python_api_example_prints_the_presence_of_each_prompt(capsys) -> None:
     ][:1]
     exec(compile(block, "python_api.md", "exec"), {"__name__": "docs"})
     assert "'car':" in capsys.readouterr().out  # the presence dict, printed whatever was found
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+#: A time in milliseconds that a few words call a prediction of the cost model ("the cost model
+#: predicts 13 ms", "models at 10.21 ms", "the 12.7 modelled ms"); goals and floors are not.
+PREDICTED_MS = re.compile(
+    r"(predict\w*|cost model|modell?ed|models? at|roofline)[^\w|]+(\w+[^\w|]+){0,6}?\d+(\.\d+)? ?ms\b"
+    r"|\b\d+(\.\d+)? ms[^\w|]+(\w+[^\w|]+){0,3}?(predict\w*|modell?ed)|\b\d+(\.\d+)? modell?ed ms\b",
+    flags=re.IGNORECASE,
+)
+
+
+def test_predicted_times_are_quoted_only_from_the_generated_figures() -> None:
+    """A predicted time is written by the generator from benchmarks/results, never by hand, in the
+    docs and in the code's comments, so two places cannot quote two different predictions."""
+    quoted = []
+    sources = [*pages(), *(REPO / "tt_sam3_ros").rglob("*.py"), *(REPO / "test" / "device").glob("*.py")]
+    for path in sources:
+        for number, line in enumerate(hand_written(path.read_text()).splitlines(), start=1):
+            if PREDICTED_MS.search(line):
+                quoted.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not quoted, "\n".join(quoted)
+
+
+def test_the_readme_and_the_figures_quote_the_same_prediction() -> None:
+    """The README's Blackhole speed is the frame table's 1-prompt row (one results file feeds both)."""
+    from benchmarks import figures
+
+    prediction = figures.blackhole_prediction()
+    frame = figures.find("blackhole", "per frame: upload + image trace")
+    assert f"predicted {prediction['frame_ms']:.1f} ms" in README.read_text()
+    assert frame["rows"][0][0] == "1" and float(frame["rows"][0][5]) == pytest.approx(prediction["frame_ms"])

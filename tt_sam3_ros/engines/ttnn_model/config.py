@@ -144,21 +144,20 @@ class DeviceSettings:
         fusion_attention_kernel: HiFi2 for the fusion encoder's 5184-token self-attention, the
             one prompt attention the cost model finds compute-bound (with the chunks below): on a
             full-size fusion-encoder layer on the emulator's fidelity model it keeps the PCC
-            against transformers at 0.99995 (HiFi4: 0.99995), moves the rms error from 0.0134 to
-            0.0137 and the layer's modelled time from 0.534 to 0.451 ms
-            (benchmarks/fidelity_bench.py; LoFi: PCC 0.99988, rms 0.0211, 0.473 ms: half as
-            much error again for 2% of the time).
+            against transformers at 0.99995 (HiFi4: 0.99995) and moves the rms error from 0.0134
+            to 0.0137 for less modelled time (benchmarks/fidelity_bench.py; LoFi: PCC 0.99988,
+            rms 0.0211: half as much error again, and no modelled time saved over HiFi2).
         fusion_mlp_hidden: bfloat8_b for the fusion encoder's (B, 5184, 2048) MLP hidden layer
             (the relu's output, written by fc1 and read by fc2 through DRAM: the layer's largest
-            tensor): on the same full-size layer and measurement it keeps the PCC at 0.99995,
-            moves the rms error from 0.01369 to 0.01387 and the layer's modelled time from 0.451
-            to 0.412 ms. None: bfloat16.
+            tensor): on the same full-size layer and measurement it keeps the PCC at 0.99995 and
+            moves the rms error from 0.01369 to 0.01387, for less DRAM traffic. None: bfloat16.
         box_bias_hidden: bfloat8_b for the hidden layer of the decoder's box-bias MLP (B, 224 x
             192, 512), its largest tensor, written and read through DRAM in every layer: on the
             full-size box bias from random boxes against transformers' _get_rpb_matrix (the
             emulator, test_decoder_stack's case) the PCC goes from 0.99991 to 0.99990, the rms
-            error stays 0.0478 (bias std 3.32), the largest error from 0.269 to 0.290; the
-            prompt trace's modelled time per extra prompt from 6.01 to 5.60 ms. None: bfloat16.
+            error stays 0.0478 (bias std 3.32), the largest error from 0.269 to 0.290, and the
+            prompt trace's modelled time per extra prompt drops (docs/figures/blackhole.md has
+            the model's figures). None: bfloat16.
         prompt_exp_approx: exact exp in the prompt path's attentions: the approximate one raises
             the rms error of the same layer from 0.0137 to 0.0183 (PCC 0.99991), for SFPU time
             the cost model does not price.
@@ -166,7 +165,7 @@ class DeviceSettings:
             use (attention.py takes, per sequence, the largest tile multiple at most this that
             divides it). The kernel reads all of K and V once per q chunk, so the q chunk sets
             the DRAM traffic of the fusion encoder's 5184-token self-attention: 864 (6 passes;
-            64 made 81 and the attention 5.1 of the 12.7 modelled ms per extra prompt) is the
+            64 makes 81) is the
             largest q chunk dividing 5184 that the real library accepts (1728 is refused at
             every k chunk), and 864 x 192 the largest pair beside it (circular buffers
             1,380,352 B per core at 16 prompts; 864 x 288 is refused), on a mock p150a. 224 as

@@ -6,12 +6,11 @@ copy_host_to_device_tensor only when the prompt set changes, never per frame, an
 captured for a prompt count's bucket the first time that bucket is needed.
 
 Why buckets, and these: a replay's cost grows with the prompts it carries, with no fixed part a
-padded batch would share. Priced by tools/ttnn_mock/prompt_batch_cost.py (the real library's op
-log on a mock p150a, priced by benchmarks/trace_cost.py's roofline, full size), one prompt replay
-(6 fusion-encoder and 6 decoder layers, scoring, segmentation head) models at 10.21 ms for 1
-prompt, 20.34 for 2, 40.59 for 4, 81.08 for 8 and 162.07 for 16: 10.1-10.2 ms per prompt at
-every count (the fusion encoder's self-attention over the 5184 image tokens of each prompt is
-most of it). One padded maximum with masked keys would make a 1-prompt frame pay for 16.
+padded batch would share. In the roofline cost model (benchmarks/trace_cost.py, full size; its
+figures for 1, 4 and 16 prompts are in docs/figures/blackhole.md, and
+tools/ttnn_mock/prompt_batch_cost.py prices every count) a replay costs nearly the same per
+prompt at every count (the fusion encoder's self-attention over the 5184 image tokens of each
+prompt is most of it). One padded maximum with masked keys would make a 1-prompt frame pay for 16.
 Power-of-two buckets (1, 2, 4, 8, ... up to max_prompts) pay at most twice the prompts' own
 cost for log2(max_prompts) + 1 captures; a bucket per count would pay nothing extra but hold
 max_prompts traces in the trace region and compile max_prompts variants at warm-up.
