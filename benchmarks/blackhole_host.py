@@ -30,7 +30,7 @@ from . import report
 
 REPO = Path(__file__).resolve().parents[1]
 TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
-#: The goal for host work per frame on the ttnn engine (issue 11): a 1080p frame.
+#: The goal for host work per frame on the ttnn engine: a 1080p frame.
 BUDGET_MS = 5.0
 SOURCE = (1080, 1920)
 

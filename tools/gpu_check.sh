@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 16): correctness, then latency of the torch engine on CUDA, eager and
+# The GPU check: correctness, then latency of the torch engine on CUDA, eager and
 # compiled, beside transformers' documented usage. Run from anywhere with the machine's own
 # python3 (torch, torchvision, transformers, numpy, OpenCV; no ROS, no network, no install).
 #   tools/gpu_check.sh             # cuda, full-size SAM 3 with random weights, at most 6 minutes

@@ -45,7 +45,7 @@ PRESENCE_TOLERANCE = 0.1
 #: PCC_GATE on the real weights.
 SCORE_TOLERANCE = 1e-2
 TOP_MASK_IOU_GATE = 0.99
-#: The goals (issue 12): image trace <= 40 ms, each extra prompt <= 3 ms, frame to mask <= 50 ms.
+#: The goals: image trace <= 40 ms, each extra prompt <= 3 ms, frame to mask <= 50 ms.
 PER_PROMPT_GOAL_MS = 3.0
 FRAME_TO_MASK_GOAL_MS = 50.0
 #: The share of the frame-to-mask goal the image trace's goal leaves the prompt trace (1 prompt).

@@ -1,9 +1,8 @@
-"""Issue 10, defect 2, at the node: a PNG bomb on image/compressed is refused from its header.
+"""A PNG bomb on image/compressed is refused from its header, at the node.
 
-A 1.2 MB PNG of a 20000x20000 single colour used to be decoded to a 1.2 GB bitmap before the
-size check (the node's peak RSS rose by gigabytes). Now the node's peak resident memory
-(VmHWM) stays within 100 MB of its level before, the refusal is counted with its reason, and
-the next frame is answered.
+A 1.2 MB PNG of a 20000x20000 single colour would decode to a 1.2 GB bitmap. The node's peak
+resident memory (VmHWM) stays within 100 MB of its level before the bomb, the refusal is counted
+with its reason, and the next frame is answered.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The /sam3 node with engine:=ttnn and ttnn_prompt_path:=chip in its own process, over real
-rclpy, the chip emulated: the whole model on the chip, as the issue's node runs it.
+rclpy, the chip emulated: the whole model on the chip, as a user's node runs it.
 
 The node imports ttnn as it would on a Blackhole host; test/support/emulated_ttnn answers that
 import with the TT-NN emulator (its trace rules and L1 budget included), so this runs the whole
@@ -54,8 +54,8 @@ MASK_AGREEMENT = 0.95
 #: of a bucket also captures its trace), and these 2 cores are shared with other tests.
 ANSWER_TIMEOUT_S = 180.0
 #: The same for start-up: imports, the emulated upload, two buckets compiled, the image trace
-#: captured (the engine's warm-up alone is about 36 CPU-seconds; the node's start took 1.8 to
-#: 4.7 minutes of wall time at load averages of 8 to 14 here).
+#: captured (the engine's warm-up alone is about 36 CPU-seconds; on cores shared with other
+#: work the node's start takes minutes of wall time).
 STARTUP_TIMEOUT_S = 420.0
 #: pytest.ini's 300 s per test counts the module's node start-up in the first test.
 pytestmark = pytest.mark.timeout(STARTUP_TIMEOUT_S + 2 * ANSWER_TIMEOUT_S)

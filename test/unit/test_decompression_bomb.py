@@ -1,7 +1,7 @@
 """Small files that declare huge pictures are refused from their header, before any pixel is decoded.
 
-Issue 10, defect 2: a 1.2 MB PNG of a 20000x20000 single colour was decoded to a 1.2 GB bitmap
-before the size check. The peak memory of a fresh process is measured around the refusals (every
+A 1.2 MB PNG of a 20000x20000 single colour would decode to a 1.2 GB bitmap without a size
+check from the header. The peak memory of a fresh process is measured around the refusals (every
 entry point: CompressedImage messages, files and bytes given to the Python API, the CLI).
 """
 

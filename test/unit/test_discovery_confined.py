@@ -1,4 +1,4 @@
-"""The suite's ROS 2 traffic cannot leave this machine (issue: `make test` is safe anywhere)."""
+"""The suite's ROS 2 traffic cannot leave this machine: `make test` is safe anywhere."""
 
 from __future__ import annotations
 

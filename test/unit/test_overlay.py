@@ -73,7 +73,7 @@ def test_an_instance_with_an_empty_mask_still_gets_its_box_and_label() -> None:
 
 
 def test_cli_at_threshold_zero_writes_png_and_json_for_a_black_image(tmp_path: Path) -> None:
-    # Issue 10, defect 1: a black frame at threshold 0 gives instances whose masks are empty.
+    # A black frame at threshold 0 gives instances whose masks are empty.
     picture = tmp_path / "img.png"
     Image.fromarray(np.zeros((240, 320, 3), np.uint8)).save(picture)
     done = subprocess.run(

@@ -81,7 +81,7 @@ def test_boxes_scale_to_source_pixels_and_clamp() -> None:
 
 
 def test_sigmoid_keeps_relative_precision_on_the_negative_side() -> None:
-    # Issue 10: 1 - 1/(1 + e^|x|) cancels to 0.0 in float32 at x <= -17; the scores of weak
+    # A naive 1 - 1/(1 + e^|x|) cancels to 0.0 in float32 at x <= -17; the scores of weak
     # queries (and the presence of absent concepts) must stay distinguishable, not flatten to 0.
     values = np.concatenate([np.linspace(-87.0, 30.0, 2341), [-17.0, -30.0, -80.0]]).astype(np.float32)
     # float64 is exact to float32 precision here (down to -87, where float32 stops being normal).

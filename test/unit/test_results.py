@@ -60,7 +60,7 @@ def test_to_dict_is_json_and_ids_match_the_label_image() -> None:
 
 
 def test_instances_compare_by_value_and_hash_consistently() -> None:
-    # Issue 10: a frozen dataclass holding an array made `==` raise (ambiguous truth value).
+    # A frozen dataclass holding an array would make `==` raise (ambiguous truth value).
     first = square(0.5, slice(3, 5), slice(7, 9))
     same = square(0.5, slice(3, 5), slice(7, 9))
     assert first == same and hash(first) == hash(same)

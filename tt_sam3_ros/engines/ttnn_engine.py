@@ -6,10 +6,10 @@ The engine is two parts, each replaceable:
   one metal trace replayed per frame; each frame's resized uint8 pixels are its only upload
   (cast, patchified, tilized and normalised inside the trace); it reads the four FPN maps back
   (the class token stays on the chip for a chip prompt path: the host prompt path makes its own);
-- a prompt path (text encoder, geometry encoder, fusion encoder, decoder, heads), today on the
-  host: transformers' modules without the ViT, given the chip's maps wrapped (with the position
-  encodings, computed once) in transformers' Sam3VisionEncoderOutput. Part 2b puts a chip
-  prompt path in its place (``prompt_path=``).
+- a prompt path (text encoder, geometry encoder, fusion encoder, decoder, heads), by default on
+  the host: transformers' modules without the ViT, given the chip's maps wrapped (with the position
+  encodings, computed once) in transformers' Sam3VisionEncoderOutput; ``prompt_path="chip"``
+  puts the chip prompt path in its place.
 The engine keeps no reference to the host's ViT once its weights are on the chip, and never
 changes the caller's model: a prompt path in another dtype works on a copy of the prompt modules.
 
@@ -136,7 +136,7 @@ def _geometry_weights(model: Any, config: ImagePathConfig) -> dict[str, HostWeig
 
 
 class TtnnEngine(Engine):
-    """The image encoder on a p150a (one metal trace) composed with a prompt path (the host's today).
+    """The image encoder on a p150a (one metal trace) composed with a prompt path (the host's by default).
 
     Args:
         model: transformers' Sam3Model (float32 weights; they are converted once). The engine
@@ -368,7 +368,7 @@ class TtnnEngine(Engine):
         )
 
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
-        """Text encoder on the prompt path (the host's today)."""
+        """Text encoder on the prompt path (the host's by default)."""
         return self._require_prompt_path().encode_prompts(prompts)
 
     def decode(

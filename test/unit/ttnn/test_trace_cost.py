@@ -4,7 +4,7 @@ cost model that prices it (benchmarks/trace_cost.py).
 The op counts are pinned: the engine's image path runs once on the emulator through the op
 recorder the mock check and the benchmark use (tools/ttnn_mock/oplog.py), and every ViT block
 must issue exactly the pinned number of device ops. A change that adds ops to a block fails
-here; one that fuses ops (the point of issue 11's item 5) lowers the pin in the same commit.
+here; one that fuses ops lowers the pin in the same commit.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from benchmarks import trace_cost
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 from ttnn_mock import oplog
 
-#: Device ops per stage of today's image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
+#: Device ops per stage of the image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
 OPS_PER_WINDOWED_BLOCK = 15
 OPS_PER_GLOBAL_BLOCK = 15
 OPS_PATCH_EMBED = 9

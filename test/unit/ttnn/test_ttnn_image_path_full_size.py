@@ -9,9 +9,8 @@ peaked and each block's update is not hidden by the residual stream; the negativ
 turned the wrong way in every block: sin negated) must fail the same gate, which shows the gate can see a
 wrong attention at this size.
 
-Slow: marked `slow`, still part of `make test`. Measured on 2 shared cores (load average 10-16):
-9.4 CPU-minutes for both tests, 7.1 GB peak memory; 7.5 CPU-minutes (load 5-10) once the
-emulator's attention and bfloat8_b rounding ran in place (same values bit for bit). From a uint8
+Slow: marked `slow`, still part of `make test`: about 7.5 CPU-minutes for both tests and 7.1 GB
+of peak memory on a 2-core CPU. From a uint8
 frame as the engine uploads it (cast, patchify and folded normalisation on the chip), attention at
 HiFi4 with exact exp: FPN maps PCC 0.9988-0.9991, the negative control 0.889-0.943; from the float
 input with the attention at HiFi2 and approximate exp: 0.9983-0.9987, the control 0.887-0.942.

@@ -102,9 +102,9 @@ def test_folded_normalisation_gives_the_embedding_of_the_normalised_pixels(ttnn,
     of Sam3Processor's normalised pixels within bfloat16 rounding; unfolded weights (the raw pixels
     taken as normalised) or the folded weights without their bias do not (negative controls).
 
-    The gate, rms error <= 2^-7 of the embedding's rms, is bfloat16's: measured here, the folded
-    path's rms error is 0.0016 of 0.335; today's removed path (normalised bfloat16 patches,
-    bfloat8_b weights, HiFi2) had 0.0022; the same fold with bfloat8_b weights at HiFi2, 0.0046.
+    The gate, rms error <= 2^-7 of the embedding's rms, is bfloat16's: the folded
+    path's rms error is 0.0016 of 0.335; normalised bfloat16 patches with bfloat8_b weights at
+    HiFi2 give 0.0022; the same fold with bfloat8_b weights at HiFi2, 0.0046.
     """
     from tt_sam3_ros.engines.ttnn_model.weights import patch_embedding
 

@@ -10,7 +10,7 @@ tiny model are re-drawn at unit gain (random_weights.randomise_prompt_path): at 
 every score is 0.25 and a wrong stage could not show. A negative control (the key and value
 projections of the fusion encoder's cross-attention swapped on the chip) must fail the same gate.
 
-The segmenter's instances are also held to the torch engine's, the issue's end-to-end gate:
+The segmenter's instances are also held to the torch engine's, the end-to-end gate:
 the scores within 1e-2 in order, and each chip instance found among torch's best 12 with the
 same prompt and mask IoU >= 0.99 (queries within the tolerance may trade places). The shared
 engine keeps k = 4 queries per prompt on the chip (the on-device top-k): called with

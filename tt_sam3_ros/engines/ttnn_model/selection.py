@@ -1,4 +1,4 @@
-"""On-device selection (issue 12): top-k of the queries by logit or score, and the kept rows.
+"""On-device selection: top-k of the queries by logit or score, and the kept rows.
 
 The decoder's rows are the presence token (row 0), the queries (rows 1..Q) and tile padding; the
 ranked values are (B, rows, 1): the query logits (what the engine ranks; see prompt_path.py: the

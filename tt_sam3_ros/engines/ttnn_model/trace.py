@@ -1,6 +1,6 @@
 """A device path as one metal trace over persistent input buffers, fed on a second command queue.
 
-One class for every trace of the engine (the image trace today, the prompt trace next): several
+One class for every trace of the engine (the image trace and the prompt trace): several
 can live on one device, each with its own input buffers (written from the host) and its own
 output buffers (the capture's, rewritten by every replay). Inputs that are not written from the
 host (another trace's outputs, the prompt embeddings of prompt_buffers.py) reach ``forward``
