@@ -1,5 +1,9 @@
 """The depth path of the node, without the node: pairing depth with colour by stamp, its counters,
-its /diagnostics status, and the 3D answer to one frame.
+and the 3D answer to one frame, all over plain data.
+
+No message types here: the node's callbacks turn a depth Image and a CameraInfo into a
+``DepthFrame`` and a ``CameraInfoData`` (``messages_3d``), and the node turns an ``Answer3D``
+into Detection3DArray and PointCloud2 (``messages_3d`` again); the status is ``diagnostics``'.
 
 Why pairing keeps so little: a 1080p 16UC1 frame is 4 MB and a camera sends 30 a second, while
 the worker may take a second per colour frame. So the buffer keeps the last few depth frames
@@ -18,15 +22,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
-from sensor_msgs.msg import CameraInfo, Image, PointCloud2
-from std_msgs.msg import Header
-from vision_msgs.msg import Detection2DArray, Detection3DArray
 
-from tt_sam3_ros import depth, messages_3d
+from tt_sam3_ros import depth
+from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.results import SegmentationResult
 
 #: Depth frames kept from before a colour frame's arrival (4 at 30 Hz: the last 130 ms).
@@ -35,17 +35,41 @@ DEPTH_HISTORY = 4
 PENDING_COLOUR_FRAMES = 3
 
 
-def stamp_ns(header: Header) -> int:
-    """A header's stamp in nanoseconds."""
-    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+@dataclass(frozen=True)
+class DepthFrame:
+    """One received depth image as plain data: its stamp, frame and pixels, or why it is unusable.
+
+    ``pixels`` is 2-D uint16 (millimetres) or float32 (metres). A message that could not be
+    read keeps its stamp and frame with ``pixels`` None and the reason in ``refusal``: it still
+    pairs by stamp, and the frame it pairs with is answered in 2D with that reason.
+    """
+
+    stamp_ns: int
+    frame_id: str
+    pixels: np.ndarray | None
+    refusal: str = ""
+
+
+@dataclass(frozen=True)
+class CameraInfoData:
+    """The colour camera's CameraInfo as plain data (the fields the depth path reads)."""
+
+    frame_id: str
+    height: int
+    width: int
+    k: tuple[float, ...]
+    p: tuple[float, ...] = ()
+    binning: tuple[int, int] = (0, 0)
+    #: x_offset, y_offset, height, width (all 0: the full image).
+    roi: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
 class Pairing:
     """What the worker gets for one colour frame: depth and camera_info, or why not."""
 
-    depth: Image | None
-    camera_info: CameraInfo | None
+    depth: DepthFrame | None
+    camera_info: CameraInfoData | None
     reason: str = ""
 
 
@@ -60,13 +84,13 @@ class DepthPairing:
 
     def __init__(self, history: int = DEPTH_HISTORY) -> None:
         self._lock = threading.Lock()
-        self._recent: deque[Image] = deque(maxlen=history)
-        self._camera_info: CameraInfo | None = None
+        self._recent: deque[DepthFrame] = deque(maxlen=history)
+        self._camera_info: CameraInfoData | None = None
         # Colour frames noted but not yet claimed (the slot's, and one racing the worker).
-        self._pending: dict[int, Image | None] = {}
-        self._claimed: tuple[int, Image | None] | None = None
+        self._pending: dict[int, DepthFrame | None] = {}
+        self._claimed: tuple[int, DepthFrame | None] | None = None
 
-    def add_depth(self, msg: Image) -> None:
+    def add_depth(self, msg: DepthFrame) -> None:
         """A depth frame arrived: keep it, and give it to each colour frame in play it is nearer to."""
         with self._lock:
             self._recent.append(msg)
@@ -76,7 +100,7 @@ class DepthPairing:
                 stamp, best = self._claimed
                 self._claimed = (stamp, _nearest(stamp, [best, msg]))
 
-    def set_camera_info(self, msg: CameraInfo) -> None:
+    def set_camera_info(self, msg: CameraInfoData) -> None:
         with self._lock:
             self._camera_info = msg
 
@@ -96,7 +120,7 @@ class DepthPairing:
     def take(self, colour_stamp_ns: int, max_skew_s: float) -> Pairing:
         """The depth frame nearest ``colour_stamp_ns`` within ``max_skew_s``, and camera_info."""
         with self._lock:
-            candidates: list[Image | None] = list(self._recent)
+            candidates: list[DepthFrame | None] = list(self._recent)
             if self._claimed is not None and self._claimed[0] == colour_stamp_ns:
                 candidates.append(self._claimed[1])
                 self._claimed = None
@@ -104,7 +128,7 @@ class DepthPairing:
         best = _nearest(colour_stamp_ns, candidates)
         if best is None:
             return Pairing(None, camera_info, "no depth frame received yet")
-        skew_s = abs(stamp_ns(best.header) - colour_stamp_ns) / 1e9
+        skew_s = abs(best.stamp_ns - colour_stamp_ns) / 1e9
         if skew_s > max_skew_s:
             return Pairing(
                 None,
@@ -125,12 +149,12 @@ class DepthPairing:
             self._claimed = None
 
 
-def _nearest(stamp: int, candidates: list[Image | None]) -> Image | None:
+def _nearest(stamp: int, candidates: list[DepthFrame | None]) -> DepthFrame | None:
     """The candidate whose stamp is nearest ``stamp`` (None when there is none)."""
-    present = [msg for msg in candidates if msg is not None]
+    present = [frame for frame in candidates if frame is not None]
     if not present:
         return None
-    return min(present, key=lambda msg: abs(stamp_ns(msg.header) - stamp))
+    return min(present, key=lambda frame: abs(frame.stamp_ns - stamp))
 
 
 @dataclass(frozen=True)
@@ -144,48 +168,87 @@ class DepthSettings:
 
 @dataclass(frozen=True)
 class Answer3D:
-    """The 3D messages for one frame (``cloud`` only when asked for)."""
+    """The 3D answer to one frame: each measured instance, and the labelled points when asked for.
 
-    detections: Detection3DArray
-    cloud: PointCloud2 | None
+    ``points`` is ``depth.POINT_DTYPE`` with ``instance`` holding each point's detection id
+    (the track id while tracking), as Detection3D.id does.
+    """
+
+    geometries: list[depth.InstanceGeometry]
+    points: np.ndarray | None
+
+
+def check_frames(image_frame_id: str, depth_frame: DepthFrame, info: CameraInfoData) -> None:
+    """Depth and camera_info must be in the colour image's frame: registered depth is.
+
+    Raises:
+        InputError: a frame_id that differs from the colour image's, quoted.
+    """
+    for name, frame_id in (("depth", depth_frame.frame_id), ("camera_info", info.frame_id)):
+        if frame_id != image_frame_id:
+            raise InputError(
+                f"{name} frame_id {quoted(frame_id)} is not the colour image's "
+                f"{quoted(image_frame_id)}: depth must be registered to the colour camera"
+            )
+
+
+def camera_from_info(
+    info: CameraInfoData, image_size: tuple[int, int], depth_size: tuple[int, int]
+) -> depth.Camera:
+    """The pinhole camera of the colour image's pixel grid from the colour camera's CameraInfo.
+
+    ``info`` may describe the colour image's size, or the depth image's when that is an
+    integer scale of it (K is then scaled). Distortion (D) is not applied.
+
+    Raises:
+        InputError: a size that matches neither image, or a K that ``depth.Camera`` refuses.
+    """
+    info_size = (int(info.height), int(info.width))
+    if info_size == tuple(image_size):
+        return depth.Camera.from_k(info.k, info_size)
+    if info_size == tuple(depth_size):
+        return depth.Camera.from_k(info.k, info_size).scaled_to(image_size)
+    raise InputError(
+        f"camera_info is {info_size[1]}x{info_size[0]} but the colour image is "
+        f"{image_size[1]}x{image_size[0]} and the depth {depth_size[1]}x{depth_size[0]}"
+    )
 
 
 def answer(
-    header: Header,
+    image_frame_id: str,
     result: SegmentationResult,
-    labels: Any,
-    detections_2d: Detection2DArray,
+    labels: np.ndarray,
     pairing: Pairing,
     settings: DepthSettings,
     want_cloud: bool,
 ) -> Answer3D:
-    """Detection3DArray (and the labelled cloud) for one colour frame and its paired depth.
+    """The 3D answer for one colour frame (``image_frame_id``) and its paired depth.
 
-    ``labels`` is the published mono8 mask (overlaps resolved), ``detections_2d`` the published
-    Detection2DArray; both with ``header``, the colour image's, which the 3D outputs carry too.
+    ``labels`` is the published mono8 mask (overlaps resolved); instance k of it is the k-th
+    detection, whose id ``result.detection_ids()`` gives.
 
     Raises:
-        InputError: depth or camera_info from another frame, an unusable encoding, buffer, size
+        InputError: depth or camera_info from another frame, an unusable depth image, size
             or K; the message says which.
     """
     assert pairing.depth is not None and pairing.camera_info is not None
-    messages_3d.check_frames(header, pairing.depth, pairing.camera_info)
-    pixels = messages_3d.depth_to_array(pairing.depth)
-    camera = messages_3d.camera_from_info(pairing.camera_info, labels.shape, pixels.shape)
+    check_frames(image_frame_id, pairing.depth, pairing.camera_info)
+    pixels = pairing.depth.pixels
+    if pixels is None:
+        raise InputError(pairing.depth.refusal)
+    camera = camera_from_info(pairing.camera_info, labels.shape, pixels.shape)
     grid = depth.depth_image(pixels, labels.shape)
     geometries = depth.measure_instances(
         labels, depth.instance_windows(result), grid, camera, settings.limits
     )
-    detections = messages_3d.detections_3d(detections_2d, geometries, header)
-    cloud = None
+    points = None
     if want_cloud:
         points = depth.labelled_points(labels, grid, camera, settings.limits, settings.points_stride)
         # Each point names its object by its detection's id (the track id while tracking), as
         # Detection3D.id does; the mask value k is only the detection's position in this frame.
-        ids = np.array([0, *(int(d.id) for d in detections_2d.detections)], dtype=points["instance"].dtype)
+        ids = np.array([0, *result.detection_ids()], dtype=points["instance"].dtype)
         points["instance"] = ids[points["instance"]]
-        cloud = messages_3d.cloud_to_message(points, header)
-    return Answer3D(detections, cloud)
+    return Answer3D(geometries, points)
 
 
 @dataclass
@@ -226,27 +289,16 @@ class DepthStats:
             self.last_error = reason
             self.last_outcome = "rejected"
 
-    def status(self, node_name: str) -> DiagnosticStatus:
-        """The ``<node>: depth`` status: WARN while the last frame got no 3D answer."""
+    def snapshot(self) -> dict[str, str]:
+        """The counters as /diagnostics values, with the last outcome (none, ok, without_depth,
+        rejected) under ``last_outcome``; taken under the lock."""
         with self.lock:
-            values = {
+            return {
                 "depth_received": str(self.depth_received),
                 "camera_info_received": str(self.camera_info_received),
                 "frames_3d": str(self.frames_3d),
                 "frames_without_depth": str(self.frames_without_depth),
                 "depth_rejected": str(self.depth_rejected),
                 "last_error": self.last_error,
+                "last_outcome": self.last_outcome,
             }
-            outcome, last_error = self.last_outcome, self.last_error
-        if outcome in ("without_depth", "rejected"):
-            level, message = DiagnosticStatus.WARN, last_error
-        elif outcome == "none":
-            level, message = DiagnosticStatus.OK, "waiting for a frame"
-        else:
-            level, message = DiagnosticStatus.OK, "3D from depth"
-        return DiagnosticStatus(
-            level=level,
-            name=f"{node_name}: depth",
-            message=message,
-            values=[KeyValue(key=key, value=value) for key, value in values.items()],
-        )

@@ -100,3 +100,22 @@ def percentiles(name: str, samples: Sequence[float]) -> dict[str, str]:
         return {f"{name}_p50": "", f"{name}_p90": "", f"{name}_max": ""}
     p50, p90 = np.percentile(samples, [50, 90])
     return {f"{name}_p50": f"{p50:.1f}", f"{name}_p90": f"{p90:.1f}", f"{name}_max": f"{max(samples):.1f}"}
+
+
+def depth_status(name: str, values: dict[str, str]) -> DiagnosticStatus:
+    """The ``<name>: depth`` status from ``DepthStats.snapshot()``: WARN while the last frame got
+    no 3D answer, with its reason."""
+    values = dict(values)
+    outcome = values.pop("last_outcome", "none")
+    if outcome in ("without_depth", "rejected"):
+        level, message = DiagnosticStatus.WARN, values.get("last_error", "")
+    elif outcome == "none":
+        level, message = DiagnosticStatus.OK, "waiting for a frame"
+    else:
+        level, message = DiagnosticStatus.OK, "3D from depth"
+    return DiagnosticStatus(
+        level=level,
+        name=f"{name}: depth",
+        message=message,
+        values=[KeyValue(key=key, value=value) for key, value in values.items()],
+    )

@@ -33,7 +33,7 @@ from vision_msgs.msg import (
 
 from tt_sam3_ros import preprocess
 from tt_sam3_ros.errors import InputError, quoted
-from tt_sam3_ros.results import MAX_LABELLED_INSTANCES, SegmentationResult
+from tt_sam3_ros.results import SegmentationResult
 
 #: Encodings accepted on the raw image topic, with their channel counts.
 SUPPORTED_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
@@ -157,6 +157,23 @@ def compressed_to_rgb(msg: CompressedImage, max_side: int = preprocess.DEFAULT_M
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
+def decode_image(msg: Image | CompressedImage, max_side: int) -> np.ndarray:
+    """Pixels of a frame as uint8 RGB; a compressed one is held to ``max_side`` from its header,
+    before decoding.
+
+    Raises:
+        InputError: what ``image_to_rgb`` or ``compressed_to_rgb`` refuses.
+    """
+    if isinstance(msg, CompressedImage):
+        return compressed_to_rgb(msg, max_side)
+    return image_to_rgb(msg)
+
+
+def stamp_ns(header: Header) -> int:
+    """A header's stamp in nanoseconds (0: unset)."""
+    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+
+
 def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
     """Wrap uint8 (height, width, 3) RGB pixels as an rgb8 sensor_msgs/Image with ``header``."""
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
@@ -203,11 +220,11 @@ def result_to_detections(
     """
     msg = Detection2DArray()
     msg.header = header
-    for instance_id, instance in enumerate(result.instances[:MAX_LABELLED_INSTANCES], start=1):
+    for detection_id, instance in zip(result.detection_ids(), result.instances, strict=False):
         x1, y1, x2, y2 = instance.box
         detection = Detection2D()
         detection.header = header
-        detection.id = str(instance_id if instance.track_id is None else instance.track_id)
+        detection.id = str(detection_id)
         hypothesis = ObjectHypothesisWithPose()
         class_id = instance.prompt_index if class_ids is None else class_ids[instance.prompt]
         hypothesis.hypothesis.class_id = str(class_id)

@@ -1,7 +1,8 @@
 """Conversions for the depth path: depth Image and CameraInfo in, Detection3DArray and PointCloud2 out.
 
 Pure functions over message types, like ``messages``: nothing here creates a node. Inputs are
-checked and refused with the reason (``InputError``); the arithmetic lives in ``depth``.
+checked and refused with the reason (``InputError``) and handed on as plain data
+(``depth_pairing.DepthFrame``, ``CameraInfoData``); the arithmetic lives in ``depth``.
 
 Depth in: sensor_msgs/Image ``16UC1`` (millimetres) or ``32FC1`` (metres), registered to the
 colour image (same frame_id), either byte order, padded rows allowed. CameraInfo in: the
@@ -19,6 +20,7 @@ from std_msgs.msg import Header
 from vision_msgs.msg import BoundingBox3D, Detection2DArray, Detection3D, Detection3DArray
 
 from tt_sam3_ros import depth, messages
+from tt_sam3_ros.depth_pairing import CameraInfoData, DepthFrame
 from tt_sam3_ros.errors import InputError, quoted
 
 #: Depth encodings accepted, with their element type (little-endian) and unit.
@@ -59,40 +61,30 @@ def depth_to_array(msg: Image) -> np.ndarray:
     return pixels
 
 
-def check_frames(image_header: Header, depth_msg: Image, info: CameraInfo) -> None:
-    """Depth and camera_info must be in the colour image's frame: registered depth is.
+def depth_frame(msg: Image) -> DepthFrame:
+    """A depth Image as plain data for the depth path; an unreadable one keeps why in ``refusal``.
 
-    Raises:
-        InputError: a frame_id that differs from the colour image's, quoted.
+    Why not raise: the frame still pairs by stamp, and the colour frame it pairs with is then
+    answered in 2D with the reason (counted as depth refused), as for any other bad depth.
     """
-    expected = image_header.frame_id
-    for name, header in (("depth", depth_msg.header), ("camera_info", info.header)):
-        if header.frame_id != expected:
-            raise InputError(
-                f"{name} frame_id {quoted(header.frame_id)} is not the colour image's "
-                f"{quoted(expected)}: depth must be registered to the colour camera"
-            )
+    try:
+        pixels, refusal = depth_to_array(msg), ""
+    except InputError as error:
+        pixels, refusal = None, str(error)
+    return DepthFrame(messages.stamp_ns(msg.header), msg.header.frame_id, pixels, refusal)
 
 
-def camera_from_info(
-    info: CameraInfo, image_size: tuple[int, int], depth_size: tuple[int, int]
-) -> depth.Camera:
-    """The pinhole camera of the colour image's pixel grid from the colour camera's CameraInfo.
-
-    ``info`` may describe the colour image's size, or the depth image's when that is an
-    integer scale of it (K is then scaled). Distortion (D) is not applied.
-
-    Raises:
-        InputError: a size that matches neither image, or a K that ``depth.Camera`` refuses.
-    """
-    info_size = (int(info.height), int(info.width))
-    if info_size == tuple(image_size):
-        return depth.Camera.from_k(info.k, info_size)
-    if info_size == tuple(depth_size):
-        return depth.Camera.from_k(info.k, info_size).scaled_to(image_size)
-    raise InputError(
-        f"camera_info is {info_size[1]}x{info_size[0]} but the colour image is "
-        f"{image_size[1]}x{image_size[0]} and the depth {depth_size[1]}x{depth_size[0]}"
+def camera_info_data(msg: CameraInfo) -> CameraInfoData:
+    """The fields of a CameraInfo the depth path reads, as plain data."""
+    roi = msg.roi
+    return CameraInfoData(
+        frame_id=msg.header.frame_id,
+        height=int(msg.height),
+        width=int(msg.width),
+        k=tuple(float(v) for v in msg.k),
+        p=tuple(float(v) for v in msg.p),
+        binning=(int(msg.binning_x), int(msg.binning_y)),
+        roi=(int(roi.x_offset), int(roi.y_offset), int(roi.height), int(roi.width)),
     )
 
 

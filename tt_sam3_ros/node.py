@@ -1,10 +1,12 @@
 """The /sam3 node: text-prompted SAM 3 instance segmentation as a managed ROS 2 node.
 
-The only module that imports rclpy's Node: the ROS wiring (lifecycle, subscription,
-publishers, parameter callbacks, main and its signals). What it wires lives beside it:
-the parameter table and its checks in ``node_parameters.py``, the inference thread, the
-newest-frame hand-off and the counters in ``worker.py``, the /diagnostics status in
-``diagnostics.py``, image conversion in ``messages.py``, the model behind ``segmenter.py``.
+The only module that imports rclpy's Node: the ROS wiring (lifecycle, subscriptions,
+publishers, parameter callbacks); the process around it (executor, signals) is ``node_main.py``.
+What it wires lives beside it: the parameter table and its checks in ``node_parameters.py``,
+the per-frame pipeline (decode, segment, track, 3D, and whose fault a failure is) in
+``pipeline.py``, the inference thread, the newest-frame hand-off and the counters in
+``worker.py``, the /diagnostics status in ``diagnostics.py``, message conversion in
+``messages.py`` and ``messages_3d.py``.
 
 Threads (why: a slow model must never stall services, parameters or lifecycle calls):
 
@@ -30,41 +32,37 @@ Lifecycle (``autostart`` true runs configure and activate at start):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
-import logging
-import os
-import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import rclpy
 import rclpy.exceptions
 import rclpy.logging
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecyclePublisher, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
 from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
-from tt_sam3_ros import depth_pairing, messages
-from tt_sam3_ros.depth_pairing import DepthPairing, DepthStats
-from tt_sam3_ros.diagnostics import NodeView, camera_status, segmentation_status
-from tt_sam3_ros.errors import InputError, printable, quoted
+from tt_sam3_ros import messages, messages_3d
+from tt_sam3_ros.depth_pairing import Answer3D
+from tt_sam3_ros.diagnostics import NodeView, camera_status, depth_status, segmentation_status
+from tt_sam3_ros.errors import printable, quoted
+from tt_sam3_ros.log_forwarding import forward_library_logging, stop_forwarding
 from tt_sam3_ros.node_parameters import (
     PARAMETERS,
     READ_AT_ACTIVATE,
@@ -78,31 +76,22 @@ from tt_sam3_ros.node_parameters import (
     settings_from,
     wrong_type,
 )
-from tt_sam3_ros.tiny_model import TINY_MODEL_ID
-from tt_sam3_ros.tracking import InstanceTracker, TrackIdSpace
-from tt_sam3_ros.worker import (
-    SINGLE_CAMERA,
-    CameraStats,
-    Frame,
-    FrameSlot,
-    FrameStats,
-    InferenceWorker,
+from tt_sam3_ros.pipeline import (
+    ENGINE_ERROR_LIMIT,
+    LOG_THROTTLE_S,
+    REASON_LIMIT,
+    CameraState,
+    FrameInput,
+    FrameOutput,
+    FramePipeline,
+    Wants,
 )
+from tt_sam3_ros.tiny_model import TINY_MODEL_ID
+from tt_sam3_ros.worker import Frame, FrameSlot, InferenceWorker
+
+__all__ = ["ENGINE_ERROR_LIMIT", "NODE_NAME", "Sam3Node", "main"]
 
 NODE_NAME = "sam3"
-#: Seconds between two log lines about the same kind of bad frame.
-LOG_THROTTLE_S = 5.0
-#: Frames failing in the engine in a row after which the engine counts as lost: the node says
-#: so and takes the lifecycle's error path (engine released, back to unconfigured) instead of
-#: failing every frame forever. A transient fault rarely hits this many frames in a row.
-ENGINE_ERROR_LIMIT = 5
-#: Longest exception message quoted in a log line or /diagnostics (it may hold input text).
-REASON_LIMIT = 240
-#: A second SIGINT/SIGTERM this soon after the first is the same request delivered twice
-#: (``ros2 launch`` forwards one to a process that already got the process group's).
-DUPLICATE_SIGNAL_WINDOW_S = 0.5
-#: The library's loggers, forwarded to the node's ROS logger (so /rosout hears them).
-LIBRARY_LOGGER = "tt_sam3_ros"
 
 # Outputs are reliable (a reliable publisher serves both best-effort and reliable
 # subscribers, so no consumer meets a QoS mismatch) and keep a few messages so a
@@ -116,18 +105,14 @@ LABEL_INFO_QOS = QoSProfile(
 
 @dataclass
 class _Camera:
-    """One camera's inputs, outputs and counters. Without ``cameras`` the node has one, named ''.
+    """One camera's ROS handles beside its pipeline state. Without ``cameras`` the node has one,
+    named ''.
 
     Its topics are the node's own names under the camera's: ``front/image`` in,
     ``~/front/detections`` out; the unnamed camera keeps ``image`` and ``~/detections``.
-    Its tracker is the node's, by camera name (``Sam3Node._trackers``): it outlives a
-    configure cycle, which makes new ``_Camera`` objects, so no track id is given twice.
     """
 
-    name: str
-    stats: CameraStats
-    depth_pairing: DepthPairing = field(default_factory=DepthPairing)
-    depth_stats: DepthStats = field(default_factory=DepthStats)
+    state: CameraState
     subscriptions: list[Subscription] = field(default_factory=list)
     detections_pub: LifecyclePublisher | None = None
     mask_pub: LifecyclePublisher | None = None
@@ -137,9 +122,57 @@ class _Camera:
 
     PUBLISHERS = ("detections_pub", "mask_pub", "overlay_pub", "detections_3d_pub", "points_pub")
 
+    @property
+    def name(self) -> str:
+        return self.state.name
+
     def topic(self, base: str) -> str:
         """``base`` under this camera's name: ``front/image``; the unnamed camera's is ``base``."""
         return f"{self.name}/{base}" if self.name else base
+
+
+class _FrameOutputs:
+    """One frame's outputs onto its camera's publishers, every message with the input header.
+
+    Made per frame on the worker thread: the pipeline asks what is wanted and hands the
+    outputs over as plain data; the conversion modules build the messages.
+    """
+
+    def __init__(self, node: Sam3Node, camera: _Camera, header: Header, depth: bool) -> None:
+        self._node = node
+        self._camera = camera
+        self._header = header
+        self.depth = depth
+        self._detections: Detection2DArray | None = None
+
+    def wants(self) -> Wants:
+        overlay, points = self._camera.overlay_pub, self._camera.points_pub
+        return Wants(
+            overlay=overlay is not None and overlay.get_subscription_count() > 0,
+            cloud=points is not None and points.get_subscription_count() > 0,
+        )
+
+    def publish(self, output: FrameOutput) -> None:
+        camera, header = self._camera, self._header
+        if camera.detections_pub is None or camera.mask_pub is None:
+            return
+        with self._node.publishing():
+            self._detections = messages.result_to_detections(output.result, header, output.class_ids)
+            camera.detections_pub.publish(self._detections)
+            camera.mask_pub.publish(messages.instance_mask_to_image(output.labels, header))
+            if output.overlay is not None and camera.overlay_pub is not None:
+                camera.overlay_pub.publish(messages.rgb_to_image(output.overlay, header))
+
+    def publish_3d(self, answer: Answer3D) -> None:
+        camera, header = self._camera, self._header
+        if camera.detections_3d_pub is None or camera.points_pub is None or self._detections is None:
+            return
+        with self._node.publishing():
+            camera.detections_3d_pub.publish(
+                messages_3d.detections_3d(self._detections, answer.geometries, header)
+            )
+            if answer.points is not None:
+                camera.points_pub.publish(messages_3d.cloud_to_message(answer.points, header))
 
 
 def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[..., TransitionCallbackReturn]:
@@ -166,7 +199,7 @@ class Sam3Node(LifecycleNode):
         super().__init__(NODE_NAME, **kwargs)
         # Set by main's signal handler: a configure still loading gives up at once.
         self._stop_requested = stop_requested or threading.Event()
-        self._log_forwarding = _forward_library_logging(self.get_logger())
+        self._log_forwarding = forward_library_logging(self.get_logger())
         for name, (default, descriptor) in PARAMETERS.items():
             # Dynamically typed: a value of the wrong type reaches our check, which says what
             # was expected with an example (rclpy's own check says "expected '9' got '6'").
@@ -182,8 +215,10 @@ class Sam3Node(LifecycleNode):
         self.add_post_set_parameters_callback(self._apply_parameter_change)
 
         self._state = "unconfigured"
-        # The engine's counters: every camera's frames together.
-        self._stats = FrameStats()
+        # Decode, segment, track, 3D; the engine's counters (every camera's frames together)
+        # and one tracker per camera, kept for the node's life so no track id is given twice.
+        self._pipeline = FramePipeline(now_ns=lambda: self.get_clock().now().nanoseconds)
+        self._stats = self._pipeline.engine_stats
         # The cameras (``cameras``, read at configure); their slots, inputs, outputs, counters.
         self._cameras = self._make_cameras(())
         self._slot = FrameSlot()
@@ -195,12 +230,6 @@ class Sam3Node(LifecycleNode):
         self._release_lock = threading.Lock()
         # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
         self._engine_lost = False
-        # One tracker per camera (tracks are per camera), made on the camera's first frame and
-        # kept for the node's life; all take their ids from one space, so a track id is never
-        # given twice while the node runs, across cameras and cleanups.
-        # Only the worker thread touches them (and _release, once the worker has ended).
-        self._track_ids = TrackIdSpace()
-        self._trackers: dict[str, InstanceTracker] = {}
 
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diagnostics_timer = self.create_timer(
@@ -375,7 +404,7 @@ class Sam3Node(LifecycleNode):
         """
         self._unsubscribe()
         for camera in self._slot.drain():
-            self._cameras[camera].stats.count_dropped()
+            self._cameras[camera].state.stats.count_dropped()
         if self._engine_lost:
             return TransitionCallbackReturn.ERROR
         self._state = "inactive"
@@ -433,14 +462,13 @@ class Sam3Node(LifecycleNode):
                 self.destroy_lifecycle_publisher(self._label_info_pub)
                 self._label_info_pub = None
             self._engine_info = {}
-            for tracker in self._trackers.values():
-                tracker.reset()
+            self._pipeline.reset_tracks()
             if self._state != "finalized":
                 self._state = "unconfigured"
 
     def destroy_node(self) -> None:
         """Stop forwarding the library's logging to this node's logger, then destroy it."""
-        _stop_forwarding(self._log_forwarding)
+        stop_forwarding(self._log_forwarding)
         super().destroy_node()
 
     # ----------------------------------------------------------------- engine
@@ -501,9 +529,7 @@ class Sam3Node(LifecycleNode):
 
     def _make_cameras(self, names: tuple[str, ...]) -> dict[str, _Camera]:
         """Fresh per-camera state, counting into the engine's; no names: the one camera on ``image``."""
-        return {
-            name: _Camera(name, CameraStats(FrameStats(), self._stats)) for name in names or (SINGLE_CAMERA,)
-        }
+        return {name: _Camera(state) for name, state in self._pipeline.make_cameras(names).items()}
 
     def _create_publishers(self) -> None:
         """Each camera's outputs under ``~/<camera>/``; LabelInfo is one topic for all cameras."""
@@ -540,7 +566,7 @@ class Sam3Node(LifecycleNode):
 
     def _subscribe_depth(self, camera: _Camera, qos: QoSProfile) -> None:
         """Depth and camera_info, with the image's QoS; their callbacks only store the message."""
-        camera.depth_pairing.clear()
+        camera.state.depth_pairing.clear()
         depth_sub = self.create_subscription(
             Image, camera.topic("depth"), functools.partial(self._on_depth, camera), qos
         )
@@ -558,25 +584,26 @@ class Sam3Node(LifecycleNode):
             subscriptions, camera.subscriptions = camera.subscriptions, []
             for subscription in subscriptions:
                 self.destroy_subscription(subscription)
-            camera.depth_pairing.clear()
+            camera.state.depth_pairing.clear()
 
     def _on_image(self, camera: _Camera, msg: Image | CompressedImage) -> None:
         """Hand the camera's newest frame to the worker; never waits for inference."""
-        camera.stats.count_received()
+        state = camera.state
+        state.stats.count_received()
         if not self._settings.prompts:
             return
         if self._depth_enabled:
-            camera.depth_pairing.note_colour(depth_pairing.stamp_ns(msg.header))
+            state.depth_pairing.note_colour(messages.stamp_ns(msg.header))
         if self._slot.put(Frame(msg, time.monotonic(), camera.name)):
-            camera.stats.count_dropped()
+            state.stats.count_dropped()
 
     def _on_depth(self, camera: _Camera, msg: Image) -> None:
-        camera.depth_stats.count_depth()
-        camera.depth_pairing.add_depth(msg)
+        camera.state.depth_stats.count_depth()
+        camera.state.depth_pairing.add_depth(messages_3d.depth_frame(msg))
 
     def _on_camera_info(self, camera: _Camera, msg: CameraInfo) -> None:
-        camera.depth_stats.count_camera_info()
-        camera.depth_pairing.set_camera_info(msg)
+        camera.state.depth_stats.count_camera_info()
+        camera.state.depth_pairing.set_camera_info(messages_3d.camera_info_data(msg))
 
     def _publish_label_info(self) -> None:
         if self._label_info_pub is None:
@@ -592,141 +619,34 @@ class Sam3Node(LifecycleNode):
     # ----------------------------------------------------------------- worker side
 
     def _handle_frame(self, segmenter: Any, frame: Frame) -> None:
-        """Decode, segment and publish one frame; bad input and engine faults are counted, never fatal."""
-        settings = self._settings
+        """Called on the worker thread: one frame through the pipeline onto its camera's topics."""
         camera = self._cameras[frame.camera]
-        started = time.monotonic()
-        if self._depth_enabled:
-            camera.depth_pairing.claim(depth_pairing.stamp_ns(frame.msg.header))
-        try:
-            rgb = self._decode(frame.msg, segmenter.max_image_side)
-            result = segmenter(
-                rgb,
-                list(settings.prompts),
-                threshold=settings.threshold,
-                max_instances=settings.max_instances,
-            )
-        except InputError as error:
-            self._count_rejected(camera, frame, error)
-            return
-        except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
-            self._count_engine_error(camera, error)
-            return
-        result = self._track(result, frame, settings)  # frame.camera's own tracks
-        try:
-            self._publish_result(camera, frame.msg.header, rgb, result, settings)
-        except Exception as error:
-            if not self.context.ok():
-                return  # shutting down: the publishers are gone
-            self._count_engine_error(camera, error)
-            return
-        self._count_processed(camera, frame.msg.header, (time.monotonic() - started) * 1000.0)
-
-    def _track(self, result: Any, frame: Frame, settings: RunSettings) -> Any:
-        """Give the instances their track ids from their camera's tracker (tracking on), or forget
-        that camera's tracks (off).
-
-        Tracks age by the image stamps; a stream without stamps ages them by arrival time.
-        Tracks of prompts that were removed are dropped by the tracker itself.
-        """
-        tracker = self._trackers.get(frame.camera)
-        if tracker is None:
-            tracker = InstanceTracker(
-                settings.track_max_age_s, settings.track_min_iou, id_space=self._track_ids
-            )
-            self._trackers[frame.camera] = tracker
-        if not settings.tracking:
-            tracker.reset()
-            return result
-        tracker.configure(settings.track_max_age_s, settings.track_min_iou)
-        stamp = frame.msg.header.stamp
-        stamp_s = stamp.sec + stamp.nanosec * 1e-9 if (stamp.sec or stamp.nanosec) else frame.received_s
-        return tracker.update(result, stamp_s)
-
-    @staticmethod
-    def _decode(msg: Image | CompressedImage, max_side: int) -> np.ndarray:
-        """Pixels of a frame; a compressed one is held to ``max_side`` from its header, before decoding."""
-        if isinstance(msg, CompressedImage):
-            return messages.compressed_to_rgb(msg, max_side)
-        return messages.image_to_rgb(msg)
-
-    def _publish_result(
-        self, camera: _Camera, header: Header, rgb: np.ndarray, result: Any, settings: RunSettings
-    ) -> None:
-        """Publish the camera's detections and mask (and overlay while subscribed), with the input header."""
-        detections_pub, mask_pub, overlay_pub = camera.detections_pub, camera.mask_pub, camera.overlay_pub
-        if detections_pub is None or mask_pub is None:
-            return
-        labels = result.instance_mask()
-        detections = messages.result_to_detections(result, header, dict(settings.class_ids))
-        detections_pub.publish(detections)
-        mask_pub.publish(messages.instance_mask_to_image(labels, header))
-        if settings.publish_overlay and overlay_pub is not None and overlay_pub.get_subscription_count() > 0:
-            from tt_sam3_ros.overlay import draw_overlay
-
-            overlay_pub.publish(messages.rgb_to_image(draw_overlay(rgb, result, labels), header))
-        if self._depth_enabled:
-            self._publish_3d(camera, header, result, labels, detections, settings)
-
-    def _publish_3d(
-        self,
-        camera: _Camera,
-        header: Header,
-        result: Any,
-        labels: np.ndarray,
-        detections: Detection2DArray,
-        settings: RunSettings,
-    ) -> None:
-        """The 3D outputs of one answered frame; without usable depth it stays answered in 2D only."""
-        detections_3d_pub, points_pub = camera.detections_3d_pub, camera.points_pub
-        if detections_3d_pub is None or points_pub is None:
-            return
-        pairing = camera.depth_pairing.take(depth_pairing.stamp_ns(header), settings.depth.max_skew_s)
-        if pairing.reason:
-            camera.depth_stats.count_without_depth(pairing.reason)
-            self.get_logger().warning(
-                f"frame answered in 2D only: {pairing.reason}", throttle_duration_sec=LOG_THROTTLE_S
-            )
-            return
-        want_cloud = points_pub.get_subscription_count() > 0
-        try:
-            answer = depth_pairing.answer(
-                header, result, labels, detections, pairing, settings.depth, want_cloud
-            )
-        except InputError as error:
-            reason = f"depth refused: {error}"
-            camera.depth_stats.count_rejected(reason)
-            self.get_logger().warning(
-                f"frame answered in 2D only: {reason}", throttle_duration_sec=LOG_THROTTLE_S
-            )
-            return
-        detections_3d_pub.publish(answer.detections)
-        if answer.cloud is not None:
-            points_pub.publish(answer.cloud)
-        camera.depth_stats.count_3d()
-
-    def _count_processed(self, camera: _Camera, header: Header, processing_ms: float) -> None:
-        stamp_ns = header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
-        age_ms = (self.get_clock().now().nanoseconds - stamp_ns) / 1e6 if stamp_ns else None
-        camera.stats.count_processed(processing_ms, age_ms)
-
-    def _count_rejected(self, camera: _Camera, frame: Frame, error: InputError) -> None:
-        # Both come from the message: quoted and cut, so they cannot forge or flood a log line.
-        frame_id = frame.msg.header.frame_id
-        source = f"frame_id {quoted(frame_id)}" if frame_id else "no frame_id"
-        reason = f"bad input frame ({source}): {printable(error, REASON_LIMIT)}"
-        camera.stats.count_rejected(reason)
-        self.get_logger().warning(f"skipped {reason}", throttle_duration_sec=LOG_THROTTLE_S)
-
-    def _count_engine_error(self, camera: _Camera, error: Exception) -> None:
-        reason = f"engine error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
-        in_a_row = camera.stats.count_engine_error(reason)
-        self.get_logger().error(
-            f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}",
-            throttle_duration_sec=LOG_THROTTLE_S,
+        header = frame.msg.header
+        report = self._pipeline.process(
+            segmenter,
+            camera.state,
+            FrameInput(
+                decode=functools.partial(messages.decode_image, frame.msg),
+                stamp_ns=messages.stamp_ns(header),
+                frame_id=header.frame_id,
+                received_s=frame.received_s,
+                camera=frame.camera,
+            ),
+            self._settings,
+            _FrameOutputs(self, camera, header, self._depth_enabled),
         )
-        if in_a_row == ENGINE_ERROR_LIMIT:
-            self._engine_given_up(reason)
+        if report.engine_lost:
+            self._engine_given_up(report.reason)
+
+    @contextlib.contextmanager
+    def publishing(self) -> Iterator[None]:
+        """Publish on the worker thread; a failure while ROS shuts down is no failure (the
+        publishers are gone) and is dropped, any other is the pipeline's to count."""
+        try:
+            yield
+        except Exception:
+            if self.context.ok():
+                raise
 
     def _engine_given_up(self, reason: str) -> None:
         """Called on the worker thread: the engine failed ENGINE_ERROR_LIMIT frames in a row.
@@ -757,10 +677,10 @@ class Sam3Node(LifecycleNode):
         array.status.append(segmentation_status(view, self._stats.snapshot()))
         for camera in self._cameras.values():
             if camera.name:
-                array.status.append(camera_status(view, camera.name, camera.stats.camera.snapshot()))
+                array.status.append(camera_status(view, camera.name, camera.state.stats.camera.snapshot()))
             if self._depth_enabled:
                 prefix = f"{self.get_name()}: camera {camera.name}" if camera.name else self.get_name()
-                array.status.append(camera.depth_stats.status(prefix))
+                array.status.append(depth_status(prefix, camera.state.depth_stats.snapshot()))
         self._diagnostics_pub.publish(array)
 
     def _node_view(self) -> NodeView:
@@ -776,182 +696,11 @@ class Sam3Node(LifecycleNode):
         )
 
 
-class _RosLogHandler(logging.Handler):
-    """Forwards the library's Python log records to a ROS logger, so /rosout carries them too.
-
-    Why: the library (segmenter, weights, engines) logs with ``logging`` and never imports rclpy;
-    without this its lines ("random weights loaded", the engine choice) reach only stderr.
-    """
-
-    def __init__(self, ros_logger: Any) -> None:
-        super().__init__(level=logging.INFO)
-        self._ros_logger = ros_logger
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-            if record.levelno >= logging.ERROR:
-                self._ros_logger.error(text)
-            elif record.levelno >= logging.WARNING:
-                self._ros_logger.warning(text)
-            else:
-                self._ros_logger.info(text)
-        except Exception:
-            self.handleError(record)
-
-
-def _forward_library_logging(ros_logger: Any) -> tuple[logging.Handler, bool, int]:
-    """Attach a forwarding handler to the library's logger; returns what ``_stop_forwarding`` needs."""
-    library = logging.getLogger(LIBRARY_LOGGER)
-    handler = _RosLogHandler(ros_logger)
-    saved = (handler, library.propagate, library.level)
-    library.addHandler(handler)
-    library.propagate = False  # the ROS logger prints it already; no second copy on stderr
-    if library.getEffectiveLevel() > logging.INFO:
-        library.setLevel(logging.INFO)
-    return saved
-
-
-def _stop_forwarding(saved: tuple[logging.Handler, bool, int]) -> None:
-    handler, propagate, level = saved
-    library = logging.getLogger(LIBRARY_LOGGER)
-    library.removeHandler(handler)
-    library.propagate = propagate
-    library.setLevel(level)
-
-
 def main(args: list[str] | None = None) -> int:
-    """Run the node until SIGINT/SIGTERM; exit 0 then, 1 when it could not start.
+    """Run the node until SIGINT/SIGTERM; exit 0 then, 1 when it could not start (``node_main``)."""
+    from tt_sam3_ros.node_main import run
 
-    rclpy's own signal handlers would shut the context down first, leaving the node
-    unable to log to /rosout or announce its last transition; ours only ask the spin
-    loop to stop, so the node goes through a real lifecycle shutdown while ROS is up.
-    The executor spins from the start, on its own thread, so /diagnostics, parameter and
-    lifecycle services answer while autostart's configure loads the model.
-    """
-    try:
-        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    except Exception as error:  # rcl's RCLError, e.g. a -p value its YAML parser refuses
-        print(f"[FATAL] [{NODE_NAME}]: cannot start: {_rcl_reason(error)}", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-    _handle_stop_signals(stop)
-    node: Sam3Node | None = None
-    exit_code = 0
-    try:
-        node = Sam3Node(stop_requested=stop)
-        exit_code = _run(node, stop)
-    except (
-        ValueError,
-        rclpy.exceptions.InvalidParameterTypeException,
-        rclpy.exceptions.InvalidParameterValueException,
-    ) as error:
-        rclpy.logging.get_logger(NODE_NAME).fatal(f"invalid parameters: {printable(error, REASON_LIMIT)}")
-        exit_code = 1
-    finally:
-        if node is not None:
-            node.shut_down()
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return exit_code
-
-
-def _rcl_reason(error: Exception) -> str:
-    """rcl's message without its source locations, with a hint for YAML's booleans."""
-    text = str(error).split(", at /")[0]
-    text = text.removeprefix("failed to initialize rcl: ")
-    if "Sequence should be of same type" in text:
-        text += (
-            "; YAML reads y, n, yes, no, on and off as booleans: quote each prompt, "
-            "e.g. -p \"prompts:=['car', 'y']\""
-        )
-    return printable(text, 2 * REASON_LIMIT)
-
-
-def _run(node: Sam3Node, stop: threading.Event) -> int:
-    """Spin on a thread of its own; autostart here meanwhile; wait for ``stop``. Returns the exit code."""
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    failures: list[str] = []
-    spinner = threading.Thread(
-        target=_spin_until, args=(executor, stop, failures), name="sam3-executor", daemon=True
-    )
-    spinner.start()
-    exit_code = 0
-    try:
-        if node.autostart and not node.start() and not stop.is_set():
-            node.get_logger().fatal("could not start; see the error above")
-            exit_code = 1
-        else:
-            while not stop.wait(0.1) and spinner.is_alive():
-                pass
-    finally:
-        stop.set()
-        spinner.join()
-        _drain(executor)
-        executor.shutdown()
-    if failures:
-        node.get_logger().fatal(f"a callback failed; stopping:\n{failures[0]}")
-        exit_code = 1
-    return exit_code
-
-
-def _spin_until(executor: MultiThreadedExecutor, stop: threading.Event, failures: list[str]) -> None:
-    """Spin (transitions and diagnostics on two threads) until ``stop`` is set or ROS is down.
-
-    An exception a callback raised (rclpy re-raises it here) ends the node with exit 1,
-    as it did when the spin loop ran on the main thread; it is kept in ``failures``.
-    """
-    try:
-        while not stop.is_set() and rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
-    except ExternalShutdownException:
-        pass
-    except Exception:
-        failures.append(traceback.format_exc())
-        stop.set()
-
-
-def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
-    """Wait for callbacks still running on the executor's pool before it is shut down.
-
-    Each finishing callback triggers the executor's guard condition, which ``shutdown``
-    destroys: a callback still running then fails with "cannot use Destroyable because
-    destruction was requested", printed at exit as an exception never retrieved.
-    rclpy keeps the in-flight tasks in ``_futures`` (no public accessor in rclpy 9).
-    """
-    deadline = time.monotonic() + timeout_s
-    for future in list(getattr(executor, "_futures", ())):
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if future.done() and future.exception() is not None:
-            rclpy.logging.get_logger(NODE_NAME).debug(f"callback failed at shutdown: {future.exception()}")
-
-
-def _handle_stop_signals(stop: threading.Event) -> None:
-    """Make the first SIGINT/SIGTERM stop the node gracefully and a later one at once.
-
-    The first sets ``stop``: the frame or model load in flight finishes, then the device
-    is released. One arriving within DUPLICATE_SIGNAL_WINDOW_S of it is the same request
-    delivered twice (a process-group SIGINT plus the one ``ros2 launch`` forwards) and is
-    ignored. A later one exits immediately, leaving the device to the driver's
-    process-exit cleanup, for a user who will not wait for a long model load.
-    """
-    first_s: list[float] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        now = time.monotonic()
-        if not first_s:
-            first_s.append(now)
-            stop.set()
-            return
-        if now - first_s[0] < DUPLICATE_SIGNAL_WINDOW_S:
-            return
-        rclpy.logging.get_logger(NODE_NAME).warning(f"second {signal.Signals(signum).name}: exiting now")
-        os._exit(130)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
+    return run(args)
 
 
 if __name__ == "__main__":

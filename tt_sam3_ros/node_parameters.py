@@ -9,7 +9,6 @@ one home, never written again here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -20,6 +19,7 @@ from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
 from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
 from tt_sam3_ros.errors import InputError, quoted
+from tt_sam3_ros.pipeline import RunSettings
 from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
 from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, check_max_prompts, validate_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
@@ -298,23 +298,6 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         _describe("Configure and activate at start; false waits for lifecycle transitions.", read_only=True),
     ),
 }
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What the worker reads at the start of each frame; replaced whole, never mutated."""
-
-    prompts: tuple[str, ...] = ()
-    threshold: float = DEFAULT_THRESHOLD
-    max_instances: int = DEFAULT_MAX_INSTANCES
-    publish_overlay: bool = True
-    depth: DepthSettings = field(default_factory=DepthSettings)
-    tracking: bool = True
-    track_max_age_s: float = DEFAULT_MAX_AGE_S
-    track_min_iou: float = DEFAULT_MIN_IOU
-    #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
-    #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
-    class_ids: tuple[tuple[str, int], ...] = ()
 
 
 class ClassIds:

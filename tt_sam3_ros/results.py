@@ -142,6 +142,15 @@ class SegmentationResult:
             window[instance.mask_crop] = instance_id
         return labels
 
+    def detection_ids(self) -> list[int]:
+        """The id of each labelled instance, in mask order: its track id when it has one, else its
+        position k (the mask value). What Detection2D.id, Detection3D.id and a cloud point's
+        ``instance`` carry."""
+        return [
+            position if instance.track_id is None else int(instance.track_id)
+            for position, instance in enumerate(self.instances[:MAX_LABELLED_INSTANCES], start=1)
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: ids match ``instance_mask()`` values."""
         return {

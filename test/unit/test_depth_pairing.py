@@ -17,6 +17,7 @@ from std_msgs.msg import Header
 
 from tt_sam3_ros import depth_pairing, messages, messages_3d
 from tt_sam3_ros.depth_pairing import DepthPairing, DepthSettings, DepthStats
+from tt_sam3_ros.diagnostics import depth_status
 from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.results import Instance, SegmentationResult
 
@@ -36,7 +37,7 @@ def stamped(msg, stamp_ns: int, frame_id: str = FRAME):
     return msg
 
 
-def depth_msg(stamp_ns: int, pixels: np.ndarray | None = None, frame_id: str = FRAME) -> Image:
+def depth_image_msg(stamp_ns: int, pixels: np.ndarray | None = None, frame_id: str = FRAME) -> Image:
     pixels = np.full((4, 4), 1000, np.uint16) if pixels is None else pixels
     msg = Image(height=pixels.shape[0], width=pixels.shape[1], step=pixels.shape[1] * pixels.itemsize)
     msg.encoding = "16UC1" if pixels.dtype == np.uint16 else "32FC1"
@@ -44,10 +45,29 @@ def depth_msg(stamp_ns: int, pixels: np.ndarray | None = None, frame_id: str = F
     return stamped(msg, stamp_ns, frame_id)
 
 
-def info_msg(k: np.ndarray = scene.K, size: tuple[int, int] = (scene.HEIGHT, scene.WIDTH)) -> CameraInfo:
+def depth_msg(stamp_ns: int, pixels: np.ndarray | None = None, frame_id: str = FRAME):
+    """A depth frame as the node's callback hands it to the pairing."""
+    return messages_3d.depth_frame(depth_image_msg(stamp_ns, pixels, frame_id))
+
+
+def camera_info_msg(
+    k: np.ndarray = scene.K, size: tuple[int, int] = (scene.HEIGHT, scene.WIDTH)
+) -> CameraInfo:
     msg = CameraInfo(height=size[0], width=size[1])
     msg.k = [float(v) for v in k.ravel()]
     return stamped(msg, 0)
+
+
+def info_msg(k: np.ndarray = scene.K, size: tuple[int, int] = (scene.HEIGHT, scene.WIDTH)):
+    """A CameraInfo as the node's callback hands it to the pairing."""
+    return messages_3d.camera_info_data(camera_info_msg(k, size))
+
+
+def answer_messages(header, result, labels, detections, pairing, want_cloud):
+    """The 3D answer converted as the node publishes it: (Detection3DArray, PointCloud2 or None)."""
+    answer = depth_pairing.answer(header.frame_id, result, labels, pairing, DepthSettings(), want_cloud)
+    cloud = None if answer.points is None else messages_3d.cloud_to_message(answer.points, header)
+    return messages_3d.detections_3d(detections, answer.geometries, header), cloud
 
 
 def test_pairs_the_nearest_depth_frame_within_the_skew() -> None:
@@ -56,7 +76,7 @@ def test_pairs_the_nearest_depth_frame_within_the_skew() -> None:
     for offset_ms in (-40, -8, 25):
         pairing.add_depth(depth_msg(1000 * MS + offset_ms * MS))
     found = pairing.take(1000 * MS, max_skew_s=0.02)
-    assert found.reason == "" and depth_pairing.stamp_ns(found.depth.header) == 992 * MS
+    assert found.reason == "" and found.depth.stamp_ns == 992 * MS
     too_far = pairing.take(1000 * MS, max_skew_s=0.005)
     assert too_far.depth is None and "8.0 ms from the colour frame" in too_far.reason
 
@@ -71,7 +91,7 @@ def test_depth_arriving_after_the_colour_frame_is_paired() -> None:
     for later_ms in (40, 80, 120):  # then the history moves on while the worker is busy
         pairing.add_depth(depth_msg(1000 * MS + later_ms * MS))
     found = pairing.take(1000 * MS, max_skew_s=0.02)
-    assert found.reason == "" and depth_pairing.stamp_ns(found.depth.header) == 1003 * MS
+    assert found.reason == "" and found.depth.stamp_ns == 1003 * MS
 
 
 def test_a_claimed_frame_keeps_its_depth_while_newer_colour_frames_arrive() -> None:
@@ -85,7 +105,7 @@ def test_a_claimed_frame_keeps_its_depth_while_newer_colour_frames_arrive() -> N
         pairing.add_depth(depth_msg((1000 + 250 * later) * MS))
         pairing.note_colour((1000 + 250 * later) * MS)
     found = pairing.take(1000 * MS, max_skew_s=0.01)
-    assert found.reason == "" and depth_pairing.stamp_ns(found.depth.header) == 1000 * MS
+    assert found.reason == "" and found.depth.stamp_ns == 1000 * MS
 
 
 def test_without_depth_or_camera_info_says_why() -> None:
@@ -116,20 +136,16 @@ def test_answer_measures_the_instance_and_labels_the_cloud() -> None:
     labels = result.instance_mask()
     detections = messages.result_to_detections(result, header)
     pairing = depth_pairing.Pairing(depth_msg(77 * MS, pixels), info_msg())
-    answer = depth_pairing.answer(
-        header, result, labels, detections, pairing, DepthSettings(), want_cloud=True
-    )
-    (detection,) = answer.detections.detections
-    assert answer.detections.header == header and detection.id == "1"
+    detections_3d, cloud = answer_messages(header, result, labels, detections, pairing, want_cloud=True)
+    (detection,) = detections_3d.detections
+    assert detections_3d.header == header and detection.id == "1"
     position = detection.bbox.center.position
     np.testing.assert_allclose((position.x, position.y, position.z), (0.0, 0.0, 1.0), atol=0.005)
-    points = messages_3d.cloud_from_message(answer.cloud)
-    assert answer.cloud.header == header
+    points = messages_3d.cloud_from_message(cloud)
+    assert cloud.header == header
     assert len(points) == np.count_nonzero(labels[::4, ::4]) and set(points["instance"]) == {1}
-    no_cloud = depth_pairing.answer(
-        header, result, labels, detections, pairing, DepthSettings(), want_cloud=False
-    )
-    assert no_cloud.cloud is None
+    _, no_cloud = answer_messages(header, result, labels, detections, pairing, want_cloud=False)
+    assert no_cloud is None
 
 
 def test_with_track_ids_the_3d_detection_and_its_cloud_points_carry_the_track_id() -> None:
@@ -140,12 +156,10 @@ def test_with_track_ids_the_3d_detection_and_its_cloud_points_carry_the_track_id
     labels = tracked.instance_mask()  # mask value 1: the frame's first detection
     detections = messages.result_to_detections(tracked, header)
     pairing = depth_pairing.Pairing(depth_msg(77 * MS, pixels), info_msg())
-    answer = depth_pairing.answer(
-        header, tracked, labels, detections, pairing, DepthSettings(), want_cloud=True
-    )
-    (detection,) = answer.detections.detections
+    detections_3d, cloud = answer_messages(header, tracked, labels, detections, pairing, want_cloud=True)
+    (detection,) = detections_3d.detections
     assert detection.id == detections.detections[0].id == "7"
-    assert set(messages_3d.cloud_from_message(answer.cloud)["instance"]) == {7}
+    assert set(messages_3d.cloud_from_message(cloud)["instance"]) == {7}
 
 
 @pytest.mark.parametrize(
@@ -160,14 +174,14 @@ def test_with_track_ids_the_3d_detection_and_its_cloud_points_carry_the_track_id
 )
 def test_bad_depth_inputs_are_refused_with_the_reason(change, reason) -> None:
     header, result, pixels = one_instance_frame(lambda f: f.depth_32fc1())
-    depth_image, camera_info = depth_msg(77 * MS, pixels), info_msg()
+    depth_image, camera_info = depth_image_msg(77 * MS, pixels), camera_info_msg()
     change(depth_image, camera_info)
     detections = messages.result_to_detections(result, header)
-    pairing = depth_pairing.Pairing(depth_image, camera_info)
+    pairing = depth_pairing.Pairing(
+        messages_3d.depth_frame(depth_image), messages_3d.camera_info_data(camera_info)
+    )
     with pytest.raises(InputError, match=reason):
-        depth_pairing.answer(
-            header, result, result.instance_mask(), detections, pairing, DepthSettings(), True
-        )
+        answer_messages(header, result, result.instance_mask(), detections, pairing, True)
 
 
 def test_all_invalid_depth_gives_an_empty_answer() -> None:
@@ -175,26 +189,24 @@ def test_all_invalid_depth_gives_an_empty_answer() -> None:
     header, result, pixels = one_instance_frame(lambda f: np.full(f.labels.shape, np.nan, np.float32))
     detections = messages.result_to_detections(result, header)
     pairing = depth_pairing.Pairing(depth_msg(77 * MS, pixels), info_msg())
-    answer = depth_pairing.answer(
-        header, result, result.instance_mask(), detections, pairing, DepthSettings(), True
-    )
-    assert answer.detections.detections == [] and answer.cloud.width == 0
+    detections_3d, cloud = answer_messages(header, result, result.instance_mask(), detections, pairing, True)
+    assert detections_3d.detections == [] and cloud.width == 0
 
 
 def test_depth_status_counts_and_warns() -> None:
     stats = DepthStats()
-    assert stats.status("sam3").level == DiagnosticStatus.OK
+    assert depth_status("sam3", stats.snapshot()).level == DiagnosticStatus.OK
     stats.count_depth()
     stats.count_camera_info()
     stats.count_3d()
     stats.count_without_depth("nearest depth frame is 50.0 ms from the colour frame")
-    status = stats.status("sam3")
+    status = depth_status("sam3", stats.snapshot())
     values = {kv.key: kv.value for kv in status.values}
     assert status.name == "sam3: depth" and status.level == DiagnosticStatus.WARN
     assert values["frames_3d"] == "1" and values["frames_without_depth"] == "1"
     assert values["depth_received"] == "1" and values["camera_info_received"] == "1"
     stats.count_rejected("depth refused: unsupported depth encoding 'mono16'")
-    values = {kv.key: kv.value for kv in stats.status("sam3").values}
+    values = {kv.key: kv.value for kv in depth_status("sam3", stats.snapshot()).values}
     assert values["depth_rejected"] == "1" and "mono16" in values["last_error"]
     stats.count_3d()
-    assert stats.status("sam3").level == DiagnosticStatus.OK
+    assert depth_status("sam3", stats.snapshot()).level == DiagnosticStatus.OK

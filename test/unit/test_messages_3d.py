@@ -13,7 +13,7 @@ vision_msgs = pytest.importorskip("vision_msgs.msg")
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
-from tt_sam3_ros import depth, messages, messages_3d  # noqa: E402
+from tt_sam3_ros import depth, depth_pairing, messages, messages_3d  # noqa: E402
 from tt_sam3_ros.errors import InputError  # noqa: E402
 from tt_sam3_ros.results import Instance, SegmentationResult  # noqa: E402
 
@@ -114,13 +114,13 @@ def test_any_depth_message_is_read_or_refused_with_a_reason(
 
 
 def test_camera_info_of_the_colour_image() -> None:
-    camera = messages_3d.camera_from_info(camera_info(), (48, 64), (48, 64))
+    camera = depth_pairing.camera_from_info(messages_3d.camera_info_data(camera_info()), (48, 64), (48, 64))
     np.testing.assert_allclose(camera.matrix, np.reshape(camera_info().k, (3, 3)))
 
 
 def test_camera_info_of_the_depth_size_is_scaled_to_the_colour_grid() -> None:
     info = camera_info(width=32, height=24, fx=30.0)
-    camera = messages_3d.camera_from_info(info, (48, 64), (24, 32))
+    camera = depth_pairing.camera_from_info(messages_3d.camera_info_data(info), (48, 64), (24, 32))
     assert camera.size == (48, 64)
     np.testing.assert_allclose(camera.matrix, np.reshape(camera_info().k, (3, 3)))
 
@@ -135,22 +135,30 @@ def test_camera_info_of_the_depth_size_is_scaled_to_the_colour_grid() -> None:
 )
 def test_bad_camera_info_is_refused(info: CameraInfo, reason: str) -> None:
     with pytest.raises(InputError, match=reason):
-        messages_3d.camera_from_info(info, (48, 64), (48, 64))
+        depth_pairing.camera_from_info(messages_3d.camera_info_data(info), (48, 64), (48, 64))
 
 
 def test_depth_or_camera_info_from_another_frame_is_refused() -> None:
     colour = header()
     good = depth_message(np.ones((4, 5), np.uint16), "16UC1")
-    messages_3d.check_frames(colour, good, camera_info())
+    depth_pairing.check_frames(
+        colour.frame_id, messages_3d.depth_frame(good), messages_3d.camera_info_data(camera_info())
+    )
     other = depth_message(np.ones((4, 5), np.uint16), "16UC1")
     other.header.frame_id = "camera_depth_optical_frame\x1b[2J"
     with pytest.raises(
         InputError, match=r"depth frame_id 'camera_depth_optical_frame\\x1b\[2J' is not"
     ) as caught:
-        messages_3d.check_frames(colour, other, camera_info())
+        depth_pairing.check_frames(
+            colour.frame_id, messages_3d.depth_frame(other), messages_3d.camera_info_data(camera_info())
+        )
     assert "\x1b" not in str(caught.value)
     with pytest.raises(InputError, match="camera_info frame_id 'left' is not"):
-        messages_3d.check_frames(colour, good, camera_info(frame_id="left"))
+        depth_pairing.check_frames(
+            colour.frame_id,
+            messages_3d.depth_frame(good),
+            messages_3d.camera_info_data(camera_info(frame_id="left")),
+        )
 
 
 def two_instance_result() -> SegmentationResult:

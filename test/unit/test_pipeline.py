@@ -1,0 +1,203 @@
+"""The per-frame pipeline without ROS: what one frame gives, and whose fault a failure is."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tt_sam3_ros.depth_pairing import Answer3D, CameraInfoData, DepthFrame
+from tt_sam3_ros.errors import InputError
+from tt_sam3_ros.pipeline import (
+    ENGINE_ERROR_LIMIT,
+    FrameInput,
+    FrameOutput,
+    FramePipeline,
+    RunSettings,
+    Wants,
+)
+from tt_sam3_ros.results import Instance, SegmentationResult
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
+
+import depth_scene as scene  # noqa: E402
+
+SETTINGS = RunSettings(prompts=("box",), class_ids=(("box", 3),))
+FRAME = "camera_color_optical_frame"
+S = 1_000_000_000
+
+
+class FixedSegmenter:
+    """Gives one instance over a facing rectangle at 1 m, or raises what it is told to."""
+
+    max_image_side = 4096
+
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.fail_with = fail_with
+        self.calls = 0
+        self.scene = scene.render([[scene.facing_rectangle((0.0, 0.0, 1.0), 0.2, 0.1)]])
+
+    def __call__(self, rgb: np.ndarray, prompts: list[str], **_: Any) -> SegmentationResult:
+        self.calls += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        labels = self.scene.labels
+        rows, cols = np.nonzero(labels)
+        crop = labels[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1] == 1
+        box = (float(cols.min()), float(rows.min()), float(cols.max() + 1), float(rows.max() + 1))
+        instance = Instance("box", 0, 0.8, box, crop, (int(rows.min()), int(cols.min())), labels.shape)
+        return SegmentationResult(labels.shape, list(prompts), [instance], {"box": 0.9})
+
+
+class RecordedOutputs:
+    """An ``Outputs`` that keeps what it was handed."""
+
+    def __init__(
+        self, depth: bool = False, wants: Wants | None = None, fail: Exception | None = None
+    ) -> None:
+        self.depth = depth
+        self._wants = wants or Wants()
+        self.fail = fail
+        self.published: list[FrameOutput] = []
+        self.published_3d: list[Answer3D] = []
+
+    def wants(self) -> Wants:
+        return self._wants
+
+    def publish(self, output: FrameOutput) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.published.append(output)
+
+    def publish_3d(self, answer: Answer3D) -> None:
+        self.published_3d.append(answer)
+
+
+def frame(stamp_ns: int = 10 * S, decode: Any = None, frame_id: str = FRAME) -> FrameInput:
+    pixels = np.zeros((scene.HEIGHT, scene.WIDTH, 3), np.uint8)
+    return FrameInput(decode or (lambda _max_side: pixels), stamp_ns, frame_id, 0.0)
+
+
+def snapshot(camera: Any) -> Any:
+    return camera.stats.camera.snapshot()
+
+
+def test_importing_the_pipeline_loads_no_ros_module() -> None:
+    code = (
+        "import sys, tt_sam3_ros.pipeline, tt_sam3_ros.depth_pairing\n"
+        "ros = ('rclpy', 'sensor_msgs', 'std_msgs', 'vision_msgs', 'diagnostic_msgs', 'rcl_interfaces')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ros))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_an_answered_frame_gives_tracked_instances_labels_and_class_ids() -> None:
+    pipeline = FramePipeline(now_ns=lambda: 10 * S + 250_000_000)
+    camera = pipeline.make_cameras(())[""]
+    outputs = RecordedOutputs()
+    for stamp in (10 * S, 11 * S):
+        assert (
+            pipeline.process(FixedSegmenter(), camera, frame(stamp), SETTINGS, outputs).outcome == "answered"
+        )
+    first, second = outputs.published
+    assert first.result.detection_ids() == second.result.detection_ids() == [1]
+    assert first.class_ids == {"box": 3} and first.overlay is None
+    assert set(np.unique(first.labels)) == {0, 1}
+    stats = snapshot(camera)
+    assert (stats.processed, stats.rejected, stats.engine_errors) == (2, 0, 0)
+    assert pipeline.engine_stats.snapshot().processed == 2
+    assert stats.output_age_ms[0] == pytest.approx(250.0)
+
+
+def test_the_overlay_is_drawn_only_while_wanted() -> None:
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    outputs = RecordedOutputs(wants=Wants(overlay=True))
+    pipeline.process(FixedSegmenter(), camera, frame(), SETTINGS, outputs)
+    (output,) = outputs.published
+    assert output.overlay is not None and output.overlay.shape == (scene.HEIGHT, scene.WIDTH, 3)
+
+
+def test_bad_input_is_rejected_before_the_engine_with_the_frame_quoted() -> None:
+    def refuse(_max_side: int) -> np.ndarray:
+        raise InputError("unsupported image encoding 'yuv422'")
+
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    segmenter = FixedSegmenter()
+    report = pipeline.process(
+        segmenter, camera, frame(decode=refuse, frame_id="cam\n1"), SETTINGS, RecordedOutputs()
+    )
+    assert report.outcome == "rejected" and segmenter.calls == 0
+    assert report.reason == "bad input frame (frame_id 'cam\\n1'): unsupported image encoding 'yuv422'"
+    assert (snapshot(camera).rejected, snapshot(camera).engine_errors) == (1, 0)
+
+
+def test_an_engine_value_error_is_an_engine_error_and_a_run_of_them_loses_the_engine() -> None:
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    segmenter = FixedSegmenter(fail_with=ValueError("expected 4D input (got 3D input)"))
+    reports = [
+        pipeline.process(segmenter, camera, frame(), SETTINGS, RecordedOutputs())
+        for _ in range(ENGINE_ERROR_LIMIT)
+    ]
+    assert [r.outcome for r in reports] == ["engine_error"] * ENGINE_ERROR_LIMIT
+    assert [r.engine_lost for r in reports] == [False] * (ENGINE_ERROR_LIMIT - 1) + [True]
+    assert reports[0].reason == "engine error: ValueError: expected 4D input (got 3D input)"
+    assert snapshot(camera).rejected == 0
+
+
+def depth_frame(stamp_ns: int) -> DepthFrame:
+    return DepthFrame(stamp_ns, FRAME, FixedSegmenter().scene.depth_16uc1())
+
+
+def camera_info() -> CameraInfoData:
+    return CameraInfoData(FRAME, scene.HEIGHT, scene.WIDTH, tuple(float(v) for v in scene.K.ravel()))
+
+
+def test_with_depth_the_3d_answer_follows_the_2d_one_with_the_track_ids() -> None:
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    camera.depth_pairing.set_camera_info(camera_info())
+    outputs = RecordedOutputs(depth=True, wants=Wants(cloud=True))
+    camera.depth_pairing.add_depth(depth_frame(10 * S))
+    pipeline.process(FixedSegmenter(), camera, frame(10 * S), SETTINGS, outputs)
+    (answer,) = outputs.published_3d
+    (geometry,) = answer.geometries
+    np.testing.assert_allclose(geometry.centre, (0.0, 0.0, 1.0), atol=0.005)
+    assert set(answer.points["instance"]) == {1}
+    assert camera.depth_stats.snapshot()["frames_3d"] == "1"
+
+
+def test_without_depth_the_frame_is_answered_in_2d_and_says_why() -> None:
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    outputs = RecordedOutputs(depth=True)
+    report = pipeline.process(FixedSegmenter(), camera, frame(), SETTINGS, outputs)
+    assert report.outcome == "answered" and len(outputs.published) == 1 and outputs.published_3d == []
+    values = camera.depth_stats.snapshot()
+    assert values["frames_without_depth"] == "1" and values["last_error"] == "no depth frame received yet"
+    camera.depth_pairing.set_camera_info(camera_info())
+    camera.depth_pairing.add_depth(DepthFrame(10 * S, FRAME, None, "unsupported depth encoding 'yuv'"))
+    pipeline.process(FixedSegmenter(), camera, frame(), SETTINGS, outputs)
+    values = camera.depth_stats.snapshot()
+    assert (
+        values["depth_rejected"] == "1"
+        and values["last_error"] == "depth refused: unsupported depth encoding 'yuv'"
+    )
+
+
+def test_a_new_configure_keeps_each_camera_s_tracker() -> None:
+    pipeline = FramePipeline()
+    first = pipeline.make_cameras(("front", "rear"))
+    second = pipeline.make_cameras(("front", "rear"))
+    assert first["front"].tracker is second["front"].tracker
+    assert first["front"].tracker is not first["rear"].tracker
+    assert first["front"].stats is not second["front"].stats

@@ -1,0 +1,162 @@
+"""The node's process: rclpy start-up, the executor on its own thread, signals, and the exit code.
+
+``node.main`` (the ``sam3_node`` entry point) calls ``run``. Kept apart from ``node.py`` so the
+node class is the ROS wiring of one node and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+import rclpy
+import rclpy.exceptions
+import rclpy.logging
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+from tt_sam3_ros.errors import printable
+from tt_sam3_ros.node import NODE_NAME, Sam3Node
+from tt_sam3_ros.pipeline import REASON_LIMIT
+
+#: A second SIGINT/SIGTERM this soon after the first is the same request delivered twice
+#: (``ros2 launch`` forwards one to a process that already got the process group's).
+DUPLICATE_SIGNAL_WINDOW_S = 0.5
+
+
+def run(args: list[str] | None = None) -> int:
+    """Run the node until SIGINT/SIGTERM; exit 0 then, 1 when it could not start.
+
+    rclpy's own signal handlers would shut the context down first, leaving the node
+    unable to log to /rosout or announce its last transition; ours only ask the spin
+    loop to stop, so the node goes through a real lifecycle shutdown while ROS is up.
+    The executor spins from the start, on its own thread, so /diagnostics, parameter and
+    lifecycle services answer while autostart's configure loads the model.
+    """
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as error:  # rcl's RCLError, e.g. a -p value its YAML parser refuses
+        print(f"[FATAL] [{NODE_NAME}]: cannot start: {_rcl_reason(error)}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    _handle_stop_signals(stop)
+    node: Sam3Node | None = None
+    exit_code = 0
+    try:
+        node = Sam3Node(stop_requested=stop)
+        exit_code = _run(node, stop)
+    except (
+        ValueError,
+        rclpy.exceptions.InvalidParameterTypeException,
+        rclpy.exceptions.InvalidParameterValueException,
+    ) as error:
+        rclpy.logging.get_logger(NODE_NAME).fatal(f"invalid parameters: {printable(error, REASON_LIMIT)}")
+        exit_code = 1
+    finally:
+        if node is not None:
+            node.shut_down()
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return exit_code
+
+
+def _rcl_reason(error: Exception) -> str:
+    """rcl's message without its source locations, with a hint for YAML's booleans."""
+    text = str(error).split(", at /")[0]
+    text = text.removeprefix("failed to initialize rcl: ")
+    if "Sequence should be of same type" in text:
+        text += (
+            "; YAML reads y, n, yes, no, on and off as booleans: quote each prompt, "
+            "e.g. -p \"prompts:=['car', 'y']\""
+        )
+    return printable(text, 2 * REASON_LIMIT)
+
+
+def _run(node: Sam3Node, stop: threading.Event) -> int:
+    """Spin on a thread of its own; autostart here meanwhile; wait for ``stop``. Returns the exit code."""
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    failures: list[str] = []
+    spinner = threading.Thread(
+        target=_spin_until, args=(executor, stop, failures), name="sam3-executor", daemon=True
+    )
+    spinner.start()
+    exit_code = 0
+    try:
+        if node.autostart and not node.start() and not stop.is_set():
+            node.get_logger().fatal("could not start; see the error above")
+            exit_code = 1
+        else:
+            while not stop.wait(0.1) and spinner.is_alive():
+                pass
+    finally:
+        stop.set()
+        spinner.join()
+        _drain(executor)
+        executor.shutdown()
+    if failures:
+        node.get_logger().fatal(f"a callback failed; stopping:\n{failures[0]}")
+        exit_code = 1
+    return exit_code
+
+
+def _spin_until(executor: MultiThreadedExecutor, stop: threading.Event, failures: list[str]) -> None:
+    """Spin (transitions and diagnostics on two threads) until ``stop`` is set or ROS is down.
+
+    An exception a callback raised (rclpy re-raises it here) ends the node with exit 1,
+    as it did when the spin loop ran on the main thread; it is kept in ``failures``.
+    """
+    try:
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+    except ExternalShutdownException:
+        pass
+    except Exception:
+        failures.append(traceback.format_exc())
+        stop.set()
+
+
+def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
+    """Wait for callbacks still running on the executor's pool before it is shut down.
+
+    Each finishing callback triggers the executor's guard condition, which ``shutdown``
+    destroys: a callback still running then fails with "cannot use Destroyable because
+    destruction was requested", printed at exit as an exception never retrieved.
+    rclpy keeps the in-flight tasks in ``_futures`` (no public accessor in rclpy 9).
+    """
+    deadline = time.monotonic() + timeout_s
+    for future in list(getattr(executor, "_futures", ())):
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if future.done() and future.exception() is not None:
+            rclpy.logging.get_logger(NODE_NAME).debug(f"callback failed at shutdown: {future.exception()}")
+
+
+def _handle_stop_signals(stop: threading.Event) -> None:
+    """Make the first SIGINT/SIGTERM stop the node gracefully and a later one at once.
+
+    The first sets ``stop``: the frame or model load in flight finishes, then the device
+    is released. One arriving within DUPLICATE_SIGNAL_WINDOW_S of it is the same request
+    delivered twice (a process-group SIGINT plus the one ``ros2 launch`` forwards) and is
+    ignored. A later one exits immediately, leaving the device to the driver's
+    process-exit cleanup, for a user who will not wait for a long model load.
+    """
+    first_s: list[float] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        if not first_s:
+            first_s.append(now)
+            stop.set()
+            return
+        if now - first_s[0] < DUPLICATE_SIGNAL_WINDOW_S:
+            return
+        rclpy.logging.get_logger(NODE_NAME).warning(f"second {signal.Signals(signum).name}: exiting now")
+        os._exit(130)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)

@@ -1,0 +1,321 @@
+"""The per-frame pipeline of the node's cameras, without ROS: decode, segment, track, 3D, and the
+outputs of one frame as plain data, with every failure sorted by whose fault it is.
+
+The node calls ``FramePipeline.process`` once per frame on its worker thread and hands the
+outputs to ROS through an ``Outputs`` of its own (the conversion modules build the messages),
+so this module imports no message type and can be driven by a test, the CLI or another
+tracker. Each camera's state (its counters, depth pairing and tracker) is one ``CameraState``.
+
+Why failures are sorted here: a frame a user sent that cannot be used is bad input (a WARN, the
+next frame is served); a fault of the engine counts towards ``ENGINE_ERROR_LIMIT`` in a row,
+after which the node releases the engine. Only ``InputError`` is bad input: the engines raise
+``ValueError`` too.
+
+Log lines go to the ``tt_sam3_ros.pipeline`` logger (the node forwards the library's logging to
+its ROS logger), each kind at most once per ``LOG_THROTTLE_S``: a camera sending bad frames at
+30 Hz must not flood the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tt_sam3_ros import depth_pairing
+from tt_sam3_ros.depth_pairing import Answer3D, DepthPairing, DepthSettings, DepthStats
+from tt_sam3_ros.errors import InputError, printable, quoted
+from tt_sam3_ros.results import SegmentationResult
+from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
+from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, InstanceTracker, TrackIdSpace
+from tt_sam3_ros.worker import SINGLE_CAMERA, CameraStats, FrameStats
+
+LOG = logging.getLogger(__name__)
+
+#: Seconds between two log lines about the same kind of failure.
+LOG_THROTTLE_S = 5.0
+#: Frames failing in the engine in a row after which the engine counts as lost: the node says
+#: so and takes the lifecycle's error path (engine released, back to unconfigured) instead of
+#: failing every frame forever. A transient fault rarely hits this many frames in a row.
+ENGINE_ERROR_LIMIT = 5
+#: Longest exception message quoted in a log line or /diagnostics (it may hold input text).
+REASON_LIMIT = 240
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the worker reads at the start of each frame; replaced whole, never mutated."""
+
+    prompts: tuple[str, ...] = ()
+    threshold: float = DEFAULT_THRESHOLD
+    max_instances: int = DEFAULT_MAX_INSTANCES
+    publish_overlay: bool = True
+    depth: DepthSettings = field(default_factory=DepthSettings)
+    tracking: bool = True
+    track_max_age_s: float = DEFAULT_MAX_AGE_S
+    track_min_iou: float = DEFAULT_MIN_IOU
+    #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
+    #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
+    class_ids: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class FrameInput:
+    """One received frame as the pipeline sees it.
+
+    ``decode(max_side)`` returns its pixels as uint8 (height, width, 3) RGB, or raises
+    ``InputError`` (the node passes ``messages.decode_image`` over the message). ``stamp_ns``
+    is the image stamp (0: unset), ``received_s`` when it arrived (monotonic seconds).
+    """
+
+    decode: Callable[[int], np.ndarray]
+    stamp_ns: int = 0
+    frame_id: str = ""
+    received_s: float = 0.0
+    camera: str = SINGLE_CAMERA
+
+
+@dataclass(frozen=True)
+class Wants:
+    """Outputs that cost work and only matter while someone listens."""
+
+    overlay: bool = False
+    cloud: bool = False
+
+
+@dataclass(frozen=True)
+class FrameOutput:
+    """The 2D outputs of one frame: the (tracked) result, its mono8 label image, the overlay.
+
+    ``labels`` value k is the k-th instance of ``result`` (``result.detection_ids()[k - 1]`` is
+    its id); ``class_ids`` maps each prompt to its class id; ``overlay`` is None unless wanted.
+    """
+
+    result: SegmentationResult
+    labels: np.ndarray
+    class_ids: dict[str, int]
+    overlay: np.ndarray | None = None
+
+
+class Outputs(Protocol):
+    """Where one frame's outputs go (the node: its publishers, for that frame's header)."""
+
+    #: The depth path is on: the frame claims its depth at the start and gets a 3D answer.
+    depth: bool
+
+    def wants(self) -> Wants:
+        """Asked once the result is in: subscribers come and go while the engine runs."""
+
+    def publish(self, output: FrameOutput) -> None:
+        """The 2D outputs, published before any 3D work starts."""
+
+    def publish_3d(self, answer: Answer3D) -> None:
+        """The 3D outputs of the same frame, after ``publish``."""
+
+
+@dataclass(frozen=True)
+class FrameReport:
+    """How one frame ended: ``answered``, ``rejected`` (bad input) or ``engine_error``.
+
+    ``engine_lost`` is set on the error that completes ``ENGINE_ERROR_LIMIT`` in a row.
+    """
+
+    outcome: str
+    reason: str = ""
+    engine_lost: bool = False
+
+
+@dataclass
+class CameraState:
+    """Everything the pipeline keeps about one camera (``SINGLE_CAMERA`` without ``cameras``).
+
+    ``tracker`` outlives the state (the pipeline keeps one per camera name for its life, all
+    drawing ids from one space, so no track id is given twice, across cameras and configures);
+    the counters and the depth pairing are new with each configure.
+    """
+
+    name: str
+    stats: CameraStats
+    tracker: InstanceTracker
+    depth_pairing: DepthPairing = field(default_factory=DepthPairing)
+    depth_stats: DepthStats = field(default_factory=DepthStats)
+
+
+class _Throttle:
+    """Says whether a log line of a kind may go out: at most one per ``period_s`` per kind."""
+
+    def __init__(self, period_s: float) -> None:
+        self._period_s = period_s
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def allows(self, kind: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self._period_s:
+                return False
+            self._last[kind] = now
+            return True
+
+
+class FramePipeline:
+    """Decode, segment, track and measure one frame of one camera; count how it ended.
+
+    One per node: it owns the engine's counters (every camera's frames together) and one
+    tracker per camera name. Only the worker thread calls ``process``.
+    """
+
+    def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
+        #: The engine's counters: every camera's frames together.
+        self.engine_stats = FrameStats()
+        self._now_ns = now_ns
+        # All trackers take their ids from one space: a track id is never given twice while
+        # the pipeline lives, across cameras and configures.
+        self._track_ids = TrackIdSpace()
+        self._trackers: dict[str, InstanceTracker] = {}
+        self._throttle = _Throttle(LOG_THROTTLE_S)
+
+    def make_cameras(self, names: Sequence[str]) -> dict[str, CameraState]:
+        """Fresh state for each camera (no names: the one camera), counting into the engine's."""
+        return {name: self._camera(name) for name in names or (SINGLE_CAMERA,)}
+
+    def _camera(self, name: str) -> CameraState:
+        tracker = self._trackers.get(name)
+        if tracker is None:
+            tracker = self._trackers[name] = InstanceTracker(id_space=self._track_ids)
+        return CameraState(name, CameraStats(FrameStats(), self.engine_stats), tracker)
+
+    def reset_tracks(self) -> None:
+        """Forget every camera's tracks (the engine was released); ids are still never reused."""
+        for tracker in self._trackers.values():
+            tracker.reset()
+
+    def process(
+        self,
+        segmenter: Any,
+        camera: CameraState,
+        frame: FrameInput,
+        settings: RunSettings,
+        outputs: Outputs,
+    ) -> FrameReport:
+        """Answer one frame: its 2D outputs, then its 3D ones when the depth path is on.
+
+        Bad input and engine faults are counted and logged, never raised.
+        """
+        started = time.monotonic()
+        if outputs.depth:
+            camera.depth_pairing.claim(frame.stamp_ns)
+        try:
+            rgb = frame.decode(segmenter.max_image_side)
+            result = segmenter(
+                rgb,
+                list(settings.prompts),
+                threshold=settings.threshold,
+                max_instances=settings.max_instances,
+            )
+        except InputError as error:
+            return self._rejected(camera, frame, error)
+        except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
+            return self._engine_error(camera, error)
+        try:
+            result = self._track(camera, result, frame, settings)
+            labels = result.instance_mask()
+            self._publish(camera, frame, rgb, result, labels, settings, outputs)
+        except Exception as error:
+            return self._engine_error(camera, error)
+        age_ms = (self._now_ns() - frame.stamp_ns) / 1e6 if frame.stamp_ns else None
+        camera.stats.count_processed((time.monotonic() - started) * 1000.0, age_ms)
+        return FrameReport("answered")
+
+    def _publish(
+        self,
+        camera: CameraState,
+        frame: FrameInput,
+        rgb: np.ndarray,
+        result: SegmentationResult,
+        labels: np.ndarray,
+        settings: RunSettings,
+        outputs: Outputs,
+    ) -> None:
+        wants = outputs.wants()
+        overlay = None
+        if settings.publish_overlay and wants.overlay:
+            from tt_sam3_ros.overlay import draw_overlay
+
+            overlay = draw_overlay(rgb, result, labels)
+        outputs.publish(FrameOutput(result, labels, dict(settings.class_ids), overlay))
+        if outputs.depth:
+            answer = self._answer_3d(camera, frame, result, labels, settings, wants.cloud)
+            if answer is not None:
+                outputs.publish_3d(answer)
+                camera.depth_stats.count_3d()
+
+    def _track(
+        self, camera: CameraState, result: SegmentationResult, frame: FrameInput, settings: RunSettings
+    ) -> SegmentationResult:
+        """Give the instances their track ids from their camera's tracker (tracking on), or forget
+        that camera's tracks (off).
+
+        Tracks age by the image stamps; a stream without stamps ages them by arrival time.
+        Tracks of prompts that were removed are dropped by the tracker itself.
+        """
+        tracker = camera.tracker
+        if not settings.tracking:
+            tracker.reset()
+            return result
+        tracker.configure(settings.track_max_age_s, settings.track_min_iou)
+        if frame.stamp_ns:
+            seconds, nanoseconds = divmod(frame.stamp_ns, 1_000_000_000)
+            stamp_s = seconds + nanoseconds * 1e-9
+        else:
+            stamp_s = frame.received_s
+        return tracker.update(result, stamp_s)
+
+    def _answer_3d(
+        self,
+        camera: CameraState,
+        frame: FrameInput,
+        result: SegmentationResult,
+        labels: np.ndarray,
+        settings: RunSettings,
+        want_cloud: bool,
+    ) -> Answer3D | None:
+        """The 3D answer of one answered frame; None (counted, logged) when it stays 2D only."""
+        pairing = camera.depth_pairing.take(frame.stamp_ns, settings.depth.max_skew_s)
+        if pairing.reason:
+            camera.depth_stats.count_without_depth(pairing.reason)
+            self._warn("without_depth", f"frame answered in 2D only: {pairing.reason}")
+            return None
+        try:
+            return depth_pairing.answer(frame.frame_id, result, labels, pairing, settings.depth, want_cloud)
+        except InputError as error:
+            reason = f"depth refused: {error}"
+            camera.depth_stats.count_rejected(reason)
+            self._warn("depth_refused", f"frame answered in 2D only: {reason}")
+            return None
+
+    def _rejected(self, camera: CameraState, frame: FrameInput, error: InputError) -> FrameReport:
+        # Both come from the message: quoted and cut, so they cannot forge or flood a log line.
+        source = f"frame_id {quoted(frame.frame_id)}" if frame.frame_id else "no frame_id"
+        reason = f"bad input frame ({source}): {printable(error, REASON_LIMIT)}"
+        camera.stats.count_rejected(reason)
+        self._warn("rejected", f"skipped {reason}")
+        return FrameReport("rejected", reason)
+
+    def _engine_error(self, camera: CameraState, error: Exception) -> FrameReport:
+        reason = f"engine error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
+        in_a_row = camera.stats.count_engine_error(reason)
+        if self._throttle.allows("engine_error"):
+            LOG.error(f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}")
+        return FrameReport("engine_error", reason, engine_lost=in_a_row == ENGINE_ERROR_LIMIT)
+
+    def _warn(self, kind: str, text: str) -> None:
+        if self._throttle.allows(kind):
+            LOG.warning(text)
