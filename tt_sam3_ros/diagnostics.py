@@ -34,8 +34,8 @@ class NodeView:
 
 
 def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
-    """Level and one-line summary: ERROR while the last frame failed in the engine."""
-    if stats.last_outcome == "engine_error":
+    """Level and one-line summary: ERROR while the last frame failed in the engine or its outputs."""
+    if stats.last_outcome in ("engine_error", "output_error"):
         return DiagnosticStatus.ERROR, stats.last_error
     if view.state != "active":
         return DiagnosticStatus.WARN, f"{view.state}: not segmenting"
@@ -77,6 +77,7 @@ def _frame_values(stats: StatsSnapshot) -> dict[str, str]:
         "frames_dropped": str(stats.dropped),
         "frames_rejected": str(stats.rejected),
         "engine_errors": str(stats.engine_errors),
+        "output_errors": str(stats.output_errors),
         **percentiles("processing_ms", stats.processing_ms),
         **percentiles("output_age_ms", stats.output_age_ms),
         "last_error": stats.last_error,

@@ -8,8 +8,9 @@ tracker. Each camera's state (its counters, depth pairing and tracker) is one ``
 
 Why failures are sorted here: a frame a user sent that cannot be used is bad input (a WARN, the
 next frame is served); a fault of the engine counts towards ``ENGINE_ERROR_LIMIT`` in a row,
-after which the node releases the engine. Only ``InputError`` is bad input: the engines raise
-``ValueError`` too.
+after which the node releases the engine; a fault after the engine answered (tracking, 3D,
+publishing) is an output error, which never counts against the engine. Only ``InputError`` is
+bad input: the engines raise ``ValueError`` too.
 
 Log lines go to the ``tt_sam3_ros.pipeline`` logger (the node forwards the library's logging to
 its ROS logger), each kind at most once per ``LOG_THROTTLE_S``: a camera sending bad frames at
@@ -121,7 +122,8 @@ class Outputs(Protocol):
 
 @dataclass(frozen=True)
 class FrameReport:
-    """How one frame ended: ``answered``, ``rejected`` (bad input) or ``engine_error``.
+    """How one frame ended: ``answered``, ``rejected`` (bad input), ``engine_error`` or
+    ``output_error`` (the engine answered; tracking, 3D or publishing failed).
 
     ``engine_lost`` is set on the error that completes ``ENGINE_ERROR_LIMIT`` in a row.
     """
@@ -228,8 +230,8 @@ class FramePipeline:
             result = self._track(camera, result, frame, settings)
             labels = result.instance_mask()
             self._publish(camera, frame, rgb, result, labels, settings, outputs)
-        except Exception as error:
-            return self._engine_error(camera, error)
+        except Exception as error:  # after the engine: ours or the outputs', never the engine's
+            return self._output_error(camera, error)
         age_ms = (self._now_ns() - frame.stamp_ns) / 1e6 if frame.stamp_ns else None
         camera.stats.count_processed((time.monotonic() - started) * 1000.0, age_ms)
         return FrameReport("answered")
@@ -315,6 +317,15 @@ class FramePipeline:
         if self._throttle.allows("engine_error"):
             LOG.error(f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}")
         return FrameReport("engine_error", reason, engine_lost=in_a_row == ENGINE_ERROR_LIMIT)
+
+    def _output_error(self, camera: CameraState, error: Exception) -> FrameReport:
+        reason = f"output error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
+        camera.stats.count_output_error(reason)
+        if self._throttle.allows("output_error"):
+            LOG.error(
+                f"{reason}; the engine answered, this frame's outputs are lost\n{traceback.format_exc()}"
+            )
+        return FrameReport("output_error", reason)
 
     def _warn(self, kind: str, text: str) -> None:
         if self._throttle.allows(kind):

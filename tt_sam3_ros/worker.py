@@ -118,6 +118,7 @@ class StatsSnapshot:
     rejected: int
     engine_errors: int
     consecutive_engine_errors: int
+    output_errors: int
     processing_ms: tuple[float, ...]
     output_age_ms: tuple[float, ...]
     last_error: str
@@ -139,10 +140,11 @@ class FrameStats:
     rejected: int = 0
     engine_errors: int = 0
     consecutive_engine_errors: int = 0
+    output_errors: int = 0
     processing_ms: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     output_age_ms: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     last_error: str = ""
-    last_outcome: str = "none"  # none | ok | rejected | engine_error
+    last_outcome: str = "none"  # none | ok | rejected | engine_error | output_error
 
     def count_received(self) -> None:
         with self.lock:
@@ -178,6 +180,18 @@ class FrameStats:
             self.last_outcome = "engine_error"
             return self.consecutive_engine_errors
 
+    def count_output_error(self, reason: str) -> None:
+        """A frame the engine answered whose outputs failed (publishing, tracking, 3D).
+
+        The engine did its part, so its errors in a row end here: a fault after the engine
+        must never make a healthy engine look lost.
+        """
+        with self.lock:
+            self.output_errors += 1
+            self.consecutive_engine_errors = 0
+            self.last_error = reason
+            self.last_outcome = "output_error"
+
     def start_run(self) -> None:
         """A new engine is in place: its errors in a row start from zero."""
         with self.lock:
@@ -197,6 +211,7 @@ class FrameStats:
                 rejected=self.rejected,
                 engine_errors=self.engine_errors,
                 consecutive_engine_errors=self.consecutive_engine_errors,
+                output_errors=self.output_errors,
                 processing_ms=tuple(self.processing_ms),
                 output_age_ms=tuple(self.output_age_ms),
                 last_error=self.last_error,
@@ -235,6 +250,10 @@ class CameraStats:
         """Returns the engine's errors in a row, this one included."""
         self.camera.count_engine_error(reason)
         return self.engine.count_engine_error(reason)
+
+    def count_output_error(self, reason: str) -> None:
+        self.camera.count_output_error(reason)
+        self.engine.count_output_error(reason)
 
 
 def stats_per_camera(cameras: Sequence[str], engine: FrameStats) -> dict[str, CameraStats]:

@@ -210,3 +210,30 @@ def test_a_compressed_frame_is_held_to_the_configured_max_image_side(context) ->
         assert "4096" in values["last_error"]
     finally:
         sam3.destroy_node()
+
+
+def test_a_publisher_that_fails_is_an_output_error_and_the_healthy_engine_is_kept(context) -> None:
+    healthy = ScriptedSegmenter()
+    sam3 = _node(context, [healthy])
+    try:
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        camera = next(iter(sam3._cameras.values()))
+
+        def broken_publish(_msg: object) -> None:
+            raise RuntimeError("forced publish failure")
+
+        camera.detections_pub.publish = broken_publish
+        for _ in range(ENGINE_ERROR_LIMIT + 1):
+            calls = healthy.calls
+            sam3._on_image(camera, _image())
+            assert _wait(lambda c=calls: healthy.calls > c and _status(sam3).values[0].value == "active")
+        failed = str(ENGINE_ERROR_LIMIT + 1)
+        assert _wait(lambda: {kv.key: kv.value for kv in _status(sam3).values}.get("output_errors") == failed)
+        values = {kv.key: kv.value for kv in _status(sam3).values}
+        assert values["engine_errors"] == "0"
+        assert values["last_error"] == "output error: RuntimeError: forced publish failure"
+        assert sam3._state == "active" and healthy.closed == 0
+    finally:
+        sam3.shut_down()
+        sam3.destroy_node()

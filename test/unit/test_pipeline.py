@@ -201,3 +201,49 @@ def test_a_new_configure_keeps_each_camera_s_tracker() -> None:
     assert first["front"].tracker is second["front"].tracker
     assert first["front"].tracker is not first["rear"].tracker
     assert first["front"].stats is not second["front"].stats
+
+
+def test_a_failure_to_publish_is_an_output_error_and_never_loses_the_engine() -> None:
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    outputs = RecordedOutputs(fail=RuntimeError("publisher's context is invalid"))
+    reports = [
+        pipeline.process(FixedSegmenter(), camera, frame(), SETTINGS, outputs)
+        for _ in range(ENGINE_ERROR_LIMIT + 1)
+    ]
+    assert {r.outcome for r in reports} == {"output_error"} and not any(r.engine_lost for r in reports)
+    assert reports[0].reason == "output error: RuntimeError: publisher's context is invalid"
+    stats = snapshot(camera)
+    assert (stats.engine_errors, stats.output_errors, stats.processed) == (0, ENGINE_ERROR_LIMIT + 1, 0)
+    assert pipeline.engine_stats.snapshot().consecutive_engine_errors == 0
+
+
+def test_a_failure_in_the_3d_path_is_an_output_error_after_the_2d_outputs(monkeypatch) -> None:
+    from tt_sam3_ros import depth_pairing
+
+    def broken(*_args: Any, **_kwargs: Any) -> Answer3D:
+        raise IndexError("index 3 is out of bounds")
+
+    monkeypatch.setattr(depth_pairing, "answer", broken)
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    camera.depth_pairing.set_camera_info(camera_info())
+    camera.depth_pairing.add_depth(depth_frame(10 * S))
+    outputs = RecordedOutputs(depth=True)
+    report = pipeline.process(FixedSegmenter(), camera, frame(10 * S), SETTINGS, outputs)
+    assert (report.outcome, report.engine_lost) == ("output_error", False)
+    assert len(outputs.published) == 1 and outputs.published_3d == []
+    assert (snapshot(camera).engine_errors, snapshot(camera).output_errors) == (0, 1)
+
+
+def test_a_frame_the_engine_answered_breaks_its_run_of_errors_even_if_publishing_failed() -> None:
+    """Engine errors in a row count engine failures: a frame lost in publishing proves the engine ran."""
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    failing = FixedSegmenter(fail_with=RuntimeError("device lost"))
+    reports = [pipeline.process(failing, camera, frame(), SETTINGS, RecordedOutputs()) for _ in range(4)]
+    unpublished = RecordedOutputs(fail=RuntimeError("publisher gone"))
+    reports.append(pipeline.process(FixedSegmenter(), camera, frame(), SETTINGS, unpublished))
+    reports += [pipeline.process(failing, camera, frame(), SETTINGS, RecordedOutputs()) for _ in range(4)]
+    assert not any(report.engine_lost for report in reports)
+    assert ENGINE_ERROR_LIMIT == 5
