@@ -197,21 +197,22 @@ def camera_from_info(
 ) -> depth.Camera:
     """The pinhole camera of the colour image's pixel grid from the colour camera's CameraInfo.
 
-    ``info`` may describe the colour image's size, or the depth image's when that is an
-    integer scale of it (K is then scaled). Distortion (D) is not applied.
+    P[:3, :3] when P is set (a rectified image), K otherwise (``depth.Camera.from_calibration``).
+    ``info`` may describe the colour image's size, or the depth image's when that is an integer
+    scale of it (the matrix is then scaled). Distortion (D) is not applied.
 
     Raises:
-        InputError: a size that matches neither image, or a K that ``depth.Camera`` refuses.
+        InputError: a size that matches neither image, binning or a region of interest, a P of
+            another stereo camera than the left, or a matrix that ``depth.Camera`` refuses.
     """
     info_size = (int(info.height), int(info.width))
-    if info_size == tuple(image_size):
-        return depth.Camera.from_k(info.k, info_size)
-    if info_size == tuple(depth_size):
-        return depth.Camera.from_k(info.k, info_size).scaled_to(image_size)
-    raise InputError(
-        f"camera_info is {info_size[1]}x{info_size[0]} but the colour image is "
-        f"{image_size[1]}x{image_size[0]} and the depth {depth_size[1]}x{depth_size[0]}"
-    )
+    if info_size not in (tuple(image_size), tuple(depth_size)):
+        raise InputError(
+            f"camera_info is {info_size[1]}x{info_size[0]} but the colour image is "
+            f"{image_size[1]}x{image_size[0]} and the depth {depth_size[1]}x{depth_size[0]}"
+        )
+    camera = depth.Camera.from_calibration(info.k, info.p, info_size, binning=info.binning, roi=info.roi)
+    return camera.scaled_to(image_size)
 
 
 def answer(

@@ -4,9 +4,11 @@ Pure functions over message types, like ``messages``: nothing here creates a nod
 checked and refused with the reason (``InputError``) and handed on as plain data
 (``depth_pairing.DepthFrame``, ``CameraInfoData``); the arithmetic lives in ``depth``.
 
-Depth in: sensor_msgs/Image ``16UC1`` (millimetres) or ``32FC1`` (metres), registered to the
-colour image (same frame_id), either byte order, padded rows allowed. CameraInfo in: the
-colour camera's, its K used on the colour image's pixel grid.
+Depth in: sensor_msgs/Image ``16UC1`` or ``mono16`` (millimetres) or ``32FC1`` (metres),
+registered to the colour image (same frame_id), either byte order, padded rows allowed.
+CameraInfo in: the colour camera's, for the colour image's pixel grid (or the depth's when that
+is an integer scale of it): P[:3, :3] when P is set (rectified images), K otherwise; no binning,
+no region of interest.
 
 Out: one vision_msgs/Detection3D per 2D detection with enough depth (same id and hypotheses),
 and a PointCloud2 of x, y, z (float32, metres) plus ``instance`` (uint32, the mask value).
@@ -17,17 +19,28 @@ from __future__ import annotations
 import numpy as np
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from std_msgs.msg import Header
-from vision_msgs.msg import BoundingBox3D, Detection2DArray, Detection3D, Detection3DArray
+from vision_msgs.msg import (
+    BoundingBox3D,
+    Detection2DArray,
+    Detection3D,
+    Detection3DArray,
+    ObjectHypothesis,
+    ObjectHypothesisWithPose,
+)
 
 from tt_sam3_ros import depth, messages
 from tt_sam3_ros.depth_pairing import CameraInfoData, DepthFrame
 from tt_sam3_ros.errors import InputError, quoted
 
-#: Depth encodings accepted, with their element type (little-endian) and unit.
+#: Depth encodings accepted, with their element type (little-endian) and unit. mono16 is read
+#: as 16UC1 millimetres, as depth_image_proc does (some drivers label their depth so).
 DEPTH_ENCODINGS: dict[str, tuple[np.dtype, str]] = {
     "16uc1": (np.dtype("<u2"), "millimetres"),
+    "mono16": (np.dtype("<u2"), "millimetres"),
     "32fc1": (np.dtype("<f4"), "metres"),
 }
+#: Each accepted encoding as sensor_msgs/image_encodings spells it.
+_ENCODING_NAMES = {"16uc1": "16UC1", "mono16": "mono16", "32fc1": "32FC1"}
 
 #: PointCloud2 fields in the order of ``depth.POINT_DTYPE``.
 POINT_FIELDS: tuple[tuple[str, int, int], ...] = (
@@ -39,7 +52,7 @@ POINT_FIELDS: tuple[tuple[str, int, int], ...] = (
 
 
 def depth_to_array(msg: Image) -> np.ndarray:
-    """A 16UC1 or 32FC1 sensor_msgs/Image as a 2-D uint16 (mm) or float32 (m) array, native order.
+    """A 16UC1 / mono16 or 32FC1 sensor_msgs/Image as a 2-D uint16 (mm) or float32 (m) array, native order.
 
     Little-endian data comes back as a read-only view over the message's buffer (strided when
     rows are padded); big-endian data is byte-swapped into a new array.
@@ -50,12 +63,12 @@ def depth_to_array(msg: Image) -> np.ndarray:
     """
     encoding = msg.encoding.strip().lower()
     if encoding not in DEPTH_ENCODINGS:
-        accepted = ", ".join(name.upper() for name in DEPTH_ENCODINGS)
+        accepted = ", ".join(_ENCODING_NAMES[name] for name in DEPTH_ENCODINGS)
         raise InputError(f"unsupported depth encoding {quoted(msg.encoding)}; accepted: {accepted}")
     dtype, _unit = DEPTH_ENCODINGS[encoding]
     if msg.is_bigendian:
         dtype = dtype.newbyteorder(">")
-    pixels = messages.pixel_rows(msg, dtype, 1, encoding.upper(), kind="depth image")
+    pixels = messages.pixel_rows(msg, dtype, 1, _ENCODING_NAMES[encoding], kind="depth image")
     if msg.is_bigendian:
         return pixels.astype(dtype.newbyteorder("="))
     return pixels
@@ -94,8 +107,11 @@ def detections_3d(
     """One Detection3D per measured instance, with the id and hypotheses of its Detection2D.
 
     Instance k is ``detections.detections[k - 1]`` (the mask value is the 2D detection's index
-    + 1). ``bbox.center.position`` is the instance's centre, ``bbox.size`` its size, the
-    orientation the identity (axes of the optical frame); all in metres, stamped ``header``.
+    + 1). ``bbox`` is the instance's box (``bbox.center.position +- bbox.size / 2`` holds at
+    least 98 % of its points on every axis), the orientation the identity (axes of the optical
+    frame); each of ``results`` repeats a 2D hypothesis (class id and score) with the object's
+    robust centroid (the per-axis median of its points) as its pose. All in metres, stamped
+    ``header``; every message is built fresh (nothing shared with the 2D detections).
     """
     msg = Detection3DArray()
     msg.header = header
@@ -104,13 +120,24 @@ def detections_3d(
         detection = Detection3D()
         detection.header = header
         detection.id = source.id
-        detection.results = list(source.results)
+        detection.results = [_hypothesis_at(result.hypothesis, geometry.median) for result in source.results]
         detection.bbox = BoundingBox3D()
         position = detection.bbox.center.position
         position.x, position.y, position.z = geometry.centre
         detection.bbox.size.x, detection.bbox.size.y, detection.bbox.size.z = geometry.size
         msg.detections.append(detection)
     return msg
+
+
+def _hypothesis_at(
+    hypothesis: ObjectHypothesis, position: tuple[float, float, float]
+) -> ObjectHypothesisWithPose:
+    """A new hypothesis: ``hypothesis``'s class id and score, posed at ``position`` (no rotation)."""
+    result = ObjectHypothesisWithPose()
+    result.hypothesis = ObjectHypothesis(class_id=hypothesis.class_id, score=hypothesis.score)
+    point = result.pose.pose.position
+    point.x, point.y, point.z = position
+    return result
 
 
 def cloud_to_message(cloud: np.ndarray, header: Header) -> PointCloud2:

@@ -115,15 +115,23 @@ def render(objects: list[list[Rectangle]], background_m: float | None = None) ->
     return Scene(z, labels)
 
 
-def expected_statistics(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(centre, size) by the README's definition, computed on the true points with numpy."""
-    low, median, high = np.percentile(points, (5.0, 50.0, 95.0), axis=0)
-    return median, high - low
+def expected_statistics(points: np.ndarray, k: np.ndarray = K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(box centre, box size, median) by the documented rule, computed on the true points with numpy.
+
+    The box spans the 0.5th to 99.5th percentile on each axis, widened on x and y by one pixel's
+    footprint (z / f) at the far end of that extent.
+    """
+    low, median, high = np.percentile(points, (0.5, 50.0, 99.5), axis=0)
+    footprint = np.array([high[2] / k[0, 0], high[2] / k[1, 1], 0.0])
+    low, high = low - footprint / 2, high + footprint / 2
+    return (low + high) / 2, high - low, median
 
 
 #: The integration test's camera: 320x240, a pixel about 4 mm wide on the plane.
 SMALL_WIDTH, SMALL_HEIGHT = 320, 240
 SMALL_K = np.array([[300.0, 0.0, 159.5], [0.0, 300.0, 119.5], [0.0, 0.0, 1.0]])
+#: The raw (unrectified) camera's K beside it: another matrix, as on a real camera.
+SMALL_RAW_K = np.array([[318.0, 0.0, 164.0], [0.0, 316.0, 116.0], [0.0, 0.0, 1.0]])
 #: A plane seen across the whole small frame: normal . P = PLANE_DISTANCE (metres).
 PLANE_NORMAL = np.array([0.15, -0.1, 1.0])
 PLANE_DISTANCE = 1.2

@@ -1,4 +1,4 @@
-"""Instances in metres: known geometry in, the centre and size the README defines out."""
+"""Instances in metres: known geometry in, the box and median docs/depth.md defines out."""
 
 from __future__ import annotations
 
@@ -50,13 +50,13 @@ def measure(
     [((0.0, 0.0, 1.0), 0.20, 0.30), ((-0.15, 0.10, 1.0), 0.10, 0.10), ((0.25, -0.05, 2.5), 0.40, 0.20)],
 )
 def test_facing_rectangle_centre_and_size(encoding, centre, width, height) -> None:
-    """A rectangle facing the camera: its centre, and 90% of its sides (5th to 95th percentile)."""
+    """A rectangle facing the camera: its box is the rectangle (centre, whole sides); median = centre."""
     frame = scene.render([[scene.facing_rectangle(centre, width, height)]])
     pixels = frame.depth_16uc1() if encoding == "16UC1" else frame.depth_32fc1()
     geometry = measure(frame, pixels)[1]
     np.testing.assert_allclose(geometry.centre, centre, atol=CENTRE_TOLERANCE_M)
-    # Pixels sample the face evenly, so its 5th-95th percentile extent is 90% of each side.
-    np.testing.assert_allclose(geometry.size, (0.9 * width, 0.9 * height, 0.0), atol=SIZE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.median, centre, atol=CENTRE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.size, (width, height, 0.0), atol=SIZE_TOLERANCE_M)
     assert geometry.point_count >= LIMITS.min_points
 
 
@@ -66,12 +66,13 @@ def test_box_at_known_pose(yaw_degrees: float) -> None:
     box_centre, box_size = (0.05, 0.02, 1.0), (0.20, 0.15, 0.25)
     frame = scene.render([scene.box_faces(box_centre, box_size, math.radians(yaw_degrees))])
     geometry = measure(frame, frame.depth_16uc1())[1]
-    expected_centre, expected_size = scene.expected_statistics(frame.true_points(1))
+    expected_centre, expected_size, expected_median = scene.expected_statistics(frame.true_points(1))
     np.testing.assert_allclose(geometry.centre, expected_centre, atol=CENTRE_TOLERANCE_M)
     np.testing.assert_allclose(geometry.size, expected_size, atol=SIZE_TOLERANCE_M)
-    # Only the near side is seen: the centre is in front of the box's own centre, as documented.
-    assert geometry.centre[2] < box_centre[2]
-    np.testing.assert_allclose(geometry.centre[1], box_centre[1], atol=CENTRE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.median, expected_median, atol=CENTRE_TOLERANCE_M)
+    # Only the near side is seen: the median is in front of the box's own centre, as documented.
+    assert geometry.median[2] < box_centre[2]
+    np.testing.assert_allclose(geometry.median[1], box_centre[1], atol=CENTRE_TOLERANCE_M)
 
 
 def test_box_facing_the_camera_has_its_front_face_centre() -> None:
@@ -79,7 +80,7 @@ def test_box_facing_the_camera_has_its_front_face_centre() -> None:
     frame = scene.render([scene.box_faces((0.0, 0.0, 1.1), (0.2, 0.2, 0.2), 0.0)])
     geometry = measure(frame, frame.depth_32fc1())[1]
     np.testing.assert_allclose(geometry.centre, (0.0, 0.0, 1.0), atol=CENTRE_TOLERANCE_M)
-    np.testing.assert_allclose(geometry.size, (0.18, 0.18, 0.0), atol=SIZE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.size, (0.2, 0.2, 0.0), atol=SIZE_TOLERANCE_M)
 
 
 def test_tilted_plane_matches_its_true_points() -> None:
@@ -90,9 +91,10 @@ def test_tilted_plane_matches_its_true_points() -> None:
     )
     frame = scene.render([[plane]])
     geometry = measure(frame, frame.depth_32fc1())[1]
-    expected_centre, expected_size = scene.expected_statistics(frame.true_points(1))
+    expected_centre, expected_size, expected_median = scene.expected_statistics(frame.true_points(1))
     np.testing.assert_allclose(geometry.centre, expected_centre, atol=CENTRE_TOLERANCE_M)
     np.testing.assert_allclose(geometry.size, expected_size, atol=SIZE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.median, expected_median, atol=CENTRE_TOLERANCE_M)
     assert geometry.size[2] > 0.2  # a tilted face does have depth extent
 
 
@@ -104,7 +106,7 @@ def test_large_instance_measured_on_a_grid_keeps_the_tolerances() -> None:
     grid = depth.depth_image(frame.depth_16uc1(), frame.labels.shape)
     (geometry,) = depth.measure_instances(frame.labels, window, grid, camera(), LIMITS)
     np.testing.assert_allclose(geometry.centre, (0.0, 0.0, 1.0), atol=CENTRE_TOLERANCE_M)
-    np.testing.assert_allclose(geometry.size, (0.81, 0.63, 0.0), atol=SIZE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.size, (0.9, 0.7, 0.0), atol=SIZE_TOLERANCE_M)
 
 
 def test_two_instances_at_different_depths() -> None:
@@ -134,11 +136,12 @@ def test_only_the_published_mask_pixels_count() -> None:
     right = found[1]
     assert right.instance_id == 2
     np.testing.assert_allclose(right.centre, (0.1, 0.0, 1.0), atol=CENTRE_TOLERANCE_M)
-    np.testing.assert_allclose(right.size[0], 0.9 * 0.2, atol=SIZE_TOLERANCE_M)
+    np.testing.assert_allclose(right.size[0], 0.2, atol=SIZE_TOLERANCE_M)
 
 
 def test_mask_spilling_onto_the_background_keeps_the_centre() -> None:
-    """A mask one pixel too big all round picks up the wall behind: the median ignores it."""
+    """A mask one pixel too big all round picks up the wall behind: the median ignores it (the box,
+    which holds the points, reaches back to the wall)."""
     frame = scene.render([[scene.facing_rectangle((0.0, 0.0, 1.0), 0.2, 0.2)]], background_m=3.0)
     grown = frame.labels.copy()
     grown[1:-1, 1:-1] |= frame.labels[:-2, 1:-1] | frame.labels[2:, 1:-1]
@@ -146,7 +149,7 @@ def test_mask_spilling_onto_the_background_keeps_the_centre() -> None:
     assert np.count_nonzero(grown) > np.count_nonzero(frame.labels)
     spilled = scene.Scene(frame.z, grown)
     geometry = measure(spilled, frame.depth_16uc1())[1]
-    np.testing.assert_allclose(geometry.centre, (0.0, 0.0, 1.0), atol=CENTRE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.median, (0.0, 0.0, 1.0), atol=CENTRE_TOLERANCE_M)
 
 
 def test_depth_limits_and_holes() -> None:
@@ -191,7 +194,7 @@ def test_depth_of_an_integer_scale(factor: float) -> None:
     grid = depth.depth_image(pixels, colour.labels.shape)
     (geometry,) = depth.measure_instances(colour.labels, whole_image_windows(1), grid, camera(), LIMITS)
     np.testing.assert_allclose(geometry.centre, (0.05, -0.02, 1.0), atol=CENTRE_TOLERANCE_M)
-    np.testing.assert_allclose(geometry.size, (0.18, 0.18, 0.0), atol=SIZE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.size, (0.2, 0.2, 0.0), atol=SIZE_TOLERANCE_M)
 
 
 def test_camera_scaled_to_another_grid_keeps_the_rays() -> None:
@@ -349,7 +352,7 @@ def test_any_depth_gives_finite_answers_or_none(frame, min_points: int, stride: 
     for geometry in found:
         assert geometry.point_count >= min_points
         assert np.all(np.isfinite(geometry.centre)) and np.all(np.isfinite(geometry.size))
-        assert 0.1 <= geometry.centre[2] <= 10.0
+        assert 0.1 <= geometry.median[2] <= 10.0 and np.all(np.isfinite(geometry.median))
         assert min(geometry.size) >= 0.0
     for field in ("x", "y", "z"):
         assert np.all(np.isfinite(cloud[field]))
@@ -396,3 +399,115 @@ def test_any_camera_matrix_is_used_or_refused_with_a_reason(k) -> None:
         return
     assert cam.matrix[0, 0] > 0 and cam.matrix[1, 1] > 0
     assert np.all(np.isfinite(cam.inverse))
+
+
+# --- the box a collision checker reads: centre +- size / 2 holds the object ---------------------
+
+
+@st.composite
+def skewed_instances(draw):
+    """A label image with one instance (small to frame-filling) and depth skewed along every axis.
+
+    The mask is a rectangle with a tail (an arm, a handle) on one side; depth grows as u ** power
+    from its near face, with a few far outliers: x, y and z are all lopsided about their median.
+    """
+    height, width = 240, 320
+    rows, cols = draw(st.integers(8, 230)), draw(st.integers(8, 310))
+    top, left = draw(st.integers(0, height - rows)), draw(st.integers(0, width - cols))
+    labels = np.zeros((height, width), np.uint8)
+    labels[top : top + rows, left : left + cols] = 1
+    tail = draw(st.integers(0, max(0, (width - left - cols) // 2)))
+    labels[top : top + max(1, rows // 4), left + cols : left + cols + tail] = 1
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    near, spread, power = draw(st.floats(0.3, 4.0)), draw(st.floats(0.0, 2.0)), draw(st.floats(0.2, 6.0))
+    z = near + spread * rng.uniform(size=(height, width)) ** power
+    far = rng.uniform(size=(height, width)) < draw(st.floats(0.0, 0.01))
+    z[far] += draw(st.floats(0.0, 3.0))
+    if draw(st.booleans()):
+        return labels, np.round(z * 1000.0).astype(np.uint16)
+    return labels, z.astype(np.float32)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(skewed_instances())
+def test_the_box_holds_98_percent_of_the_points_on_every_axis(instance) -> None:
+    labels, pixels = instance
+    size = labels.shape
+    cam = depth.Camera.from_k([250.0, 0.0, 159.5, 0.0, 260.0, 119.5, 0.0, 0.0, 1.0], size)
+    grid = depth.depth_image(pixels, size)
+    window = (slice(0, size[0]), slice(0, size[1]))
+    (geometry,) = depth.measure_instances(labels, [window], grid, cam, LIMITS)
+    points = depth.instance_points(labels, 1, window, grid, cam, LIMITS).astype(np.float64)
+    low = np.array(geometry.centre) - np.array(geometry.size) / 2 - 1e-6
+    high = np.array(geometry.centre) + np.array(geometry.size) / 2 + 1e-6
+    held = ((points >= low) & (points <= high)).mean(axis=0)
+    assert np.all(held >= 0.98), (held, geometry)
+    # The median is the points' middle (exact below the sampling budget, an even sample's above).
+    median = np.array(geometry.median)
+    assert np.all((points < median - 1e-6).mean(axis=0) <= 0.53), geometry
+    assert np.all((points <= median + 1e-6).mean(axis=0) >= 0.47), geometry
+
+
+# --- which intrinsics: P[:3, :3] of a rectified image, K otherwise ----------------------------
+
+#: The raw (unrectified) camera's K: not the matrix of the rectified pixels the scene is drawn with.
+RAW_K = [640.0, 0.0, 300.0, 0.0, 635.0, 250.0, 0.0, 0.0, 1.0]
+#: The rectified camera's projection P (3x4, Tx = Ty = 0): scene.K beside a zero column.
+RECTIFIED_P = np.hstack([scene.K, np.zeros((3, 1))]).ravel().tolist()
+
+
+def test_a_rectified_image_is_back_projected_with_p_not_k() -> None:
+    """As image_geometry and depth_image_proc do: P[:3, :3] is the rectified image's camera."""
+    frame = scene.render([[scene.facing_rectangle((0.1, -0.05, 1.5), 0.2, 0.3)]])
+    size = (scene.HEIGHT, scene.WIDTH)
+    rectified = depth.Camera.from_calibration(RAW_K, RECTIFIED_P, size)
+    np.testing.assert_array_equal(rectified.matrix, scene.K)
+    grid = depth.depth_image(frame.depth_32fc1(), size)
+    (geometry,) = depth.measure_instances(frame.labels, whole_image_windows(1), grid, rectified, LIMITS)
+    np.testing.assert_allclose(geometry.median, (0.1, -0.05, 1.5), atol=CENTRE_TOLERANCE_M)
+    np.testing.assert_allclose(geometry.size, (0.2, 0.3, 0.0), atol=SIZE_TOLERANCE_M)
+
+
+@pytest.mark.parametrize("p", [[], [0.0] * 12])
+def test_without_p_k_is_used(p: list[float]) -> None:
+    camera_k = depth.Camera.from_calibration(RAW_K, p, (scene.HEIGHT, scene.WIDTH))
+    np.testing.assert_array_equal(camera_k.matrix, np.reshape(RAW_K, (3, 3)))
+
+
+@pytest.mark.parametrize(
+    ("p", "reason"),
+    [
+        ([600.0, 0, 320, -36.0, 0, 600, 240, 0, 0, 0, 1, 0], "Tx -36"),
+        ([600.0, 0, 320, 0, 0, 600, 240, 12.0, 0, 0, 1, 0], "Ty 12"),
+        ([600.0, 0, 320, 0, 0, 600, 240, 0, 0, 0, 1, 0.5], "last column"),
+        ([600.0, 0, 320, 0, 0, 600, 240, 0], "12 numbers"),
+        ([0.0, 0, 320, 0, 0, 600, 240, 0, 0, 0, 1, 0], "P has focal lengths"),
+        ([600.0, 0, np.inf, 0, 0, 600, 240, 0, 0, 0, 1, 0], "P holds NaN or inf"),
+    ],
+)
+def test_a_p_that_is_not_the_left_cameras_is_refused_with_the_reason(p, reason) -> None:
+    """A right stereo camera's P (Tx = -fx * baseline) projects from another origin: refused."""
+    with pytest.raises(InputError, match=reason):
+        depth.Camera.from_calibration(RAW_K, p, (scene.HEIGHT, scene.WIDTH))
+
+
+@pytest.mark.parametrize(
+    ("binning", "roi", "reason"),
+    [
+        ((2, 2), (0, 0, 0, 0), "binning_x 2, binning_y 2"),
+        ((1, 4), (0, 0, 0, 0), "binning_x 1, binning_y 4"),
+        ((0, 0), (16, 8, 200, 300), "roi x_offset 16, y_offset 8, width 300, height 200"),
+        ((0, 0), (0, 0, 200, 300), "roi x_offset 0, y_offset 0, width 300, height 200"),
+    ],
+)
+def test_binning_or_a_region_of_interest_is_refused_naming_them(binning, roi, reason) -> None:
+    with pytest.raises(InputError, match=reason):
+        depth.Camera.from_calibration(RAW_K, [], (scene.HEIGHT, scene.WIDTH), binning=binning, roi=roi)
+
+
+@pytest.mark.parametrize(
+    ("binning", "roi"),
+    [((0, 0), (0, 0, 0, 0)), ((1, 1), (0, 0, 0, 0)), ((0, 0), (0, 0, scene.HEIGHT, scene.WIDTH))],
+)
+def test_no_binning_and_the_full_image_as_roi_are_accepted(binning, roi) -> None:
+    depth.Camera.from_calibration(RAW_K, [], (scene.HEIGHT, scene.WIDTH), binning=binning, roi=roi)

@@ -165,7 +165,7 @@ def test_with_track_ids_the_3d_detection_and_its_cloud_points_carry_the_track_id
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda d, i: setattr(d, "encoding", "mono16"), "unsupported depth encoding"),
+        (lambda d, i: setattr(d, "encoding", "mono8"), "unsupported depth encoding"),
         (lambda d, i: setattr(d, "data", bytes(d.data)[:100]), "truncated depth image"),
         (lambda d, i: setattr(d.header, "frame_id", "camera_depth_optical_frame"), "depth frame_id"),
         (lambda d, i: setattr(i, "k", [0.0] * 9), "focal lengths"),

@@ -50,7 +50,9 @@ def camera_info(
     return msg
 
 
-@pytest.mark.parametrize(("encoding", "dtype"), [("16UC1", np.uint16), ("32FC1", np.float32)])
+@pytest.mark.parametrize(
+    ("encoding", "dtype"), [("16UC1", np.uint16), ("mono16", np.uint16), ("32FC1", np.float32)]
+)
 @pytest.mark.parametrize("pad", [0, 6])
 @pytest.mark.parametrize("big_endian", [False, True])
 def test_depth_message_to_array(encoding, dtype, pad, big_endian) -> None:
@@ -67,10 +69,12 @@ def test_little_endian_depth_is_a_view_over_the_message() -> None:
     assert np.shares_memory(array, np.frombuffer(msg.data, np.uint8))
 
 
-@pytest.mark.parametrize("encoding", ["mono16", "16SC1", "32FC3", "rgb8", "", "bgr8\n16UC1"])
+@pytest.mark.parametrize("encoding", ["mono8", "16SC1", "32FC3", "rgb8", "", "bgr8\n16UC1"])
 def test_other_depth_encodings_are_refused(encoding: str) -> None:
     msg = depth_message(np.ones((4, 5), np.uint16), encoding)
-    with pytest.raises(InputError, match=r"unsupported depth encoding .*accepted: 16UC1, 32FC1") as caught:
+    with pytest.raises(
+        InputError, match=r"unsupported depth encoding .*accepted: 16UC1, mono16, 32FC1"
+    ) as caught:
         messages_3d.depth_to_array(msg)
     assert "\n" not in str(caught.value)
 
@@ -138,6 +142,31 @@ def test_bad_camera_info_is_refused(info: CameraInfo, reason: str) -> None:
         depth_pairing.camera_from_info(messages_3d.camera_info_data(info), (48, 64), (48, 64))
 
 
+def test_a_rectified_camera_info_gives_p_and_a_raw_one_k() -> None:
+    info = camera_info()
+    info.p = [55.0, 0.0, 30.0, 0.0, 0.0, 56.0, 22.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    camera = depth_pairing.camera_from_info(messages_3d.camera_info_data(info), (48, 64), (48, 64))
+    np.testing.assert_allclose(camera.matrix, [[55.0, 0.0, 30.0], [0.0, 56.0, 22.0], [0.0, 0.0, 1.0]])
+    info.p = [0.0] * 12
+    camera = depth_pairing.camera_from_info(messages_3d.camera_info_data(info), (48, 64), (48, 64))
+    np.testing.assert_allclose(camera.matrix, np.reshape(info.k, (3, 3)))
+
+
+def test_a_right_stereo_p_binning_and_roi_are_refused_naming_them() -> None:
+    right = camera_info()
+    right.p = [55.0, 0.0, 30.0, -5.5, 0.0, 56.0, 22.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    with pytest.raises(InputError, match=r"P has Tx -5\.5"):
+        depth_pairing.camera_from_info(messages_3d.camera_info_data(right), (48, 64), (48, 64))
+    binned = camera_info()
+    binned.binning_x = binned.binning_y = 2
+    with pytest.raises(InputError, match="binning_x 2, binning_y 2"):
+        depth_pairing.camera_from_info(messages_3d.camera_info_data(binned), (48, 64), (48, 64))
+    cropped = camera_info()
+    cropped.roi.x_offset, cropped.roi.width, cropped.roi.height = 8, 32, 24
+    with pytest.raises(InputError, match="roi x_offset 8, y_offset 0, width 32, height 24"):
+        depth_pairing.camera_from_info(messages_3d.camera_info_data(cropped), (48, 64), (48, 64))
+
+
 def test_depth_or_camera_info_from_another_frame_is_refused() -> None:
     colour = header()
     good = depth_message(np.ones((4, 5), np.uint16), "16UC1")
@@ -175,7 +204,7 @@ def test_detections_3d_carry_the_2d_ids_hypotheses_and_header() -> None:
     stamp = header(sec=42, nanosec=17)
     detections_2d = messages.result_to_detections(two_instance_result(), stamp)
     geometries = [
-        depth.InstanceGeometry(2, (0.1, -0.2, 1.5), (0.3, 0.2, 0.05), 120)
+        depth.InstanceGeometry(2, (0.1, -0.2, 1.5), (0.3, 0.2, 0.05), (0.12, -0.21, 1.49), 120)
     ]  # instance 1 had no depth
     msg = messages_3d.detections_3d(detections_2d, geometries, stamp)
     assert msg.header == stamp
@@ -193,6 +222,16 @@ def test_detections_3d_carry_the_2d_ids_hypotheses_and_header() -> None:
         1,
     )
     assert (size.x, size.y, size.z) == pytest.approx((0.3, 0.2, 0.05))
+    # The hypothesis sits at the object's robust centroid (the median), not at the camera origin.
+    pose = detection.results[0].pose.pose
+    assert (pose.position.x, pose.position.y, pose.position.z) == pytest.approx((0.12, -0.21, 1.49))
+    assert (pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w) == (0, 0, 0, 1)
+    # Built fresh: the 2D message's own hypotheses are untouched and not shared.
+    source = detections_2d.detections[1].results[0]
+    assert source is not detection.results[0] and source.hypothesis is not detection.results[0].hypothesis
+    assert source.pose.pose.position.z == 0.0
+    source.hypothesis.score = 0.0
+    assert detection.results[0].hypothesis.score == pytest.approx(0.6)
 
 
 def test_point_cloud_layout() -> None:

@@ -32,7 +32,10 @@ def messages(stamp_ns: int, rgb: np.ndarray) -> tuple[Image, Image, CameraInfo]:
     depth = Image(height=height, width=width, encoding="32FC1", step=width * 4)
     depth.data = scene.plane_z().astype("<f4").tobytes()
     info = CameraInfo(height=height, width=width, distortion_model="plumb_bob")
-    info.k = [float(v) for v in scene.SMALL_K.ravel()]
+    # A rectified image: P[:3, :3] is the camera of its pixels (the scene's); K, the raw
+    # camera's, differs, so a node that back-projects with K misplaces every point.
+    info.k = [float(v) for v in scene.SMALL_RAW_K.ravel()]
+    info.p = [float(v) for v in np.hstack([scene.SMALL_K, np.zeros((3, 1))]).ravel()]
     for msg in (colour, depth, info):
         msg.header.frame_id = FRAME_ID
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
