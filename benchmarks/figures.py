@@ -55,6 +55,11 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 
 PREDICTED = "Predicted by the roofline cost model (benchmarks/trace_cost.py), not measured:"
 SIZED = "Sized by the real ttnn 0.81.1 library on a mock p150a (nothing computes):"
+CALIBRATED = "Predicted by the calibrated cost model (benchmarks/calibrated_cost.py), not measured:"
+VALIDATED = (
+    "The calibrated cost model against tt-metal's published Blackhole measurements "
+    "(benchmarks/validation.py):"
+)
 
 
 def table(section: str, title: str, kind: str = "Measured") -> str:
@@ -72,7 +77,9 @@ def _column(found: dict[str, Any], header: str) -> int:
 
 
 def blackhole_prediction() -> dict[str, float]:
-    """The roofline model's per-frame figures: image trace, 1-prompt frame, worst extra prompt (ms)."""
+    """Per-frame figures in ms: image trace, 1-prompt frame and worst extra prompt, by the roofline
+    (a floor: every op at the chip's peak) and by the calibrated model (tt-metal's measured
+    efficiencies)."""
     frame = find("blackhole", "per frame: upload + image trace")
     first = frame["rows"][0]
     extra = [
@@ -80,24 +87,36 @@ def blackhole_prediction() -> dict[str, float]:
         for r in frame["rows"]
         if r[_column(frame, "per extra")]
     ]
+    calibrated = find("blackhole", "prompt traces and the frame, calibrated")
+    frames = {int(r[0]): _number(r[_column(calibrated, "frame calibrated")]) for r in calibrated["rows"]}
+    image = find("blackhole", "image trace, calibrated")
+    image_row = next(r for r in image["rows"] if r[0] == "image trace")
+    counts = sorted(frames)
     return {
         "image_ms": _number(first[_column(frame, "image trace")]),
         "prompt_ms": _number(first[_column(frame, "prompt trace")]),
         "frame_ms": _number(first[_column(frame, "frame ms, sequential")]),
         "extra_prompt_ms": max(extra),
+        "calibrated_image_ms": _number(image_row[_column(image, "calibrated")]),
+        "calibrated_frame_ms": frames[counts[0]],
+        "calibrated_extra_prompt_ms": max(
+            (frames[n] - frames[counts[0]]) / (n - counts[0]) for n in counts[1:]
+        ),
     }
 
 
 def blackhole_summary() -> str:
-    """One sentence for the README and docs/blackhole.md."""
+    """One paragraph for docs/blackhole.md."""
     p = blackhole_prediction()
     meta = load("blackhole")["meta"]
     return (
-        f"Not measured on a chip. The roofline cost model (`benchmarks/trace_cost.py`) predicts "
-        f"{p['frame_ms']:.1f} ms of device time for a frame with one prompt on the chip prompt path "
-        f"(image trace {p['image_ms']:.1f} ms, prompt trace {p['prompt_ms']:.1f} ms) and up to "
-        f"{p['extra_prompt_ms']:.1f} ms per extra prompt: predictions, not measurements "
-        f"({meta['date']}, commit {meta['commit']}; [figures](figures/blackhole.md))."
+        f"Not measured on a chip. For a frame with one prompt on the chip prompt path, the cost models "
+        f"predict {p['calibrated_frame_ms']:.1f} ms of device time with tt-metal's measured efficiencies "
+        f"(`benchmarks/calibrated_cost.py`; image trace {p['calibrated_image_ms']:.1f} ms, "
+        f"{p['calibrated_extra_prompt_ms']:.1f} ms per extra prompt) and {p['frame_ms']:.1f} ms at the "
+        f"chip's peak (the roofline of `benchmarks/trace_cost.py`, a floor; image trace "
+        f"{p['image_ms']:.1f} ms, {p['extra_prompt_ms']:.1f} ms per extra prompt): predictions, not "
+        f"measurements ({meta['date']}, commit {meta['commit']}; [figures](figures/blackhole.md))."
     )
 
 
@@ -124,9 +143,10 @@ def readme_speed() -> str:
         ],
         [
             "`ttnn`, p150a",
-            f"not measured; predicted {p['frame_ms']:.1f} ms of device time (1 prompt, chip prompt path), "
-            f"+{p['extra_prompt_ms']:.1f} ms per extra prompt",
-            f"roofline cost model, {bh_meta['date']}: [figures](docs/figures/blackhole.md)",
+            f"not measured; predicted {p['calibrated_frame_ms']:.1f} ms of device time (1 prompt, chip "
+            f"prompt path; {p['frame_ms']:.1f} ms at the chip's peak), "
+            f"+{p['calibrated_extra_prompt_ms']:.1f} ms per extra prompt",
+            f"calibrated cost model and roofline, {bh_meta['date']}: [figures](docs/figures/blackhole.md)",
         ],
     ]
     return markdown_table(["engine", "per frame, full-size SAM 3", "source"], rows)
@@ -150,4 +170,11 @@ REGIONS: dict[str, Callable[[], str]] = {
     "blackhole-prompt-trace": partial(table, "blackhole", "prompt trace cost model", PREDICTED),
     "blackhole-frame": partial(table, "blackhole", "per frame: upload + image trace", PREDICTED),
     "blackhole-attention": partial(table, "blackhole", "fused attention chunk sizes", PREDICTED),
+    "blackhole-validation": partial(table, "blackhole", "calibrated model against tt-metal", VALIDATED),
+    "blackhole-image-calibrated": partial(table, "blackhole", "image trace, calibrated", CALIBRATED),
+    "blackhole-image-calibrated-ops": partial(table, "blackhole", "image trace: the costliest", CALIBRATED),
+    "blackhole-frame-calibrated": partial(
+        table, "blackhole", "prompt traces and the frame, calibrated", CALIBRATED
+    ),
+    "blackhole-prompt-calibrated-ops": partial(table, "blackhole", "prompt trace, 1 prompt", CALIBRATED),
 }
