@@ -19,6 +19,7 @@ guarded by one lock.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -80,6 +81,10 @@ class DepthPairing:
     worker took it) to ``take`` (its 3D answer, after segmentation): all along, depth frames that
     arrive are offered to it, so one published a few milliseconds after its colour frame is found
     however long the model takes.
+
+    Depth without a stamp (0, as some drivers and bridges publish) cannot be paired by time: the
+    newest unstamped frame received when the worker takes a colour frame's answer is its depth,
+    unless a stamped depth frame lies within the skew.
     """
 
     def __init__(self, history: int = DEPTH_HISTORY) -> None:
@@ -89,10 +94,14 @@ class DepthPairing:
         # Colour frames noted but not yet claimed (the slot's, and one racing the worker).
         self._pending: dict[int, DepthFrame | None] = {}
         self._claimed: tuple[int, DepthFrame | None] | None = None
+        self._newest_unstamped: DepthFrame | None = None
 
     def add_depth(self, msg: DepthFrame) -> None:
         """A depth frame arrived: keep it, and give it to each colour frame in play it is nearer to."""
         with self._lock:
+            if msg.stamp_ns == 0:
+                self._newest_unstamped = msg
+                return
             self._recent.append(msg)
             for stamp, best in self._pending.items():
                 self._pending[stamp] = _nearest(stamp, [best, msg])
@@ -125,10 +134,13 @@ class DepthPairing:
                 candidates.append(self._claimed[1])
                 self._claimed = None
             camera_info = self._camera_info
+            unstamped = self._newest_unstamped
         best = _nearest(colour_stamp_ns, candidates)
+        skew_s = abs(best.stamp_ns - colour_stamp_ns) / 1e9 if best is not None else math.inf
+        if unstamped is not None and skew_s > max_skew_s:
+            best, skew_s = unstamped, 0.0
         if best is None:
             return Pairing(None, camera_info, "no depth frame received yet")
-        skew_s = abs(best.stamp_ns - colour_stamp_ns) / 1e9
         if skew_s > max_skew_s:
             return Pairing(
                 None,
@@ -147,6 +159,7 @@ class DepthPairing:
             self._camera_info = None
             self._pending.clear()
             self._claimed = None
+            self._newest_unstamped = None
 
 
 def _nearest(stamp: int, candidates: list[DepthFrame | None]) -> DepthFrame | None:

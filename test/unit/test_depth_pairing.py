@@ -70,6 +70,22 @@ def answer_messages(header, result, labels, detections, pairing, want_cloud):
     return messages_3d.detections_3d(detections, answer.geometries, header), cloud
 
 
+def test_unstamped_depth_pairs_with_the_newest_colour_frame() -> None:
+    """A depth stream without stamps (0) cannot be paired by time: its newest frame is used."""
+    pairing = DepthPairing()
+    pairing.set_camera_info(info_msg())
+    pairing.add_depth(depth_msg(0, np.full((4, 4), 1000, np.uint16)))
+    pairing.note_colour(5000 * MS)
+    pairing.claim(5000 * MS)
+    pairing.add_depth(depth_msg(0, np.full((4, 4), 2000, np.uint16)))  # arrives during segmentation
+    found = pairing.take(5000 * MS, max_skew_s=0.02)
+    assert found.reason == "" and found.depth.stamp_ns == 0
+    assert int(found.depth.pixels[0, 0]) == 2000  # the newest one
+    # A stamped frame within the skew still wins over unstamped ones.
+    pairing.add_depth(depth_msg(6010 * MS, np.full((4, 4), 3000, np.uint16)))
+    assert int(pairing.take(6000 * MS, max_skew_s=0.02).depth.pixels[0, 0]) == 3000
+
+
 def test_pairs_the_nearest_depth_frame_within_the_skew() -> None:
     pairing = DepthPairing()
     pairing.set_camera_info(info_msg())
