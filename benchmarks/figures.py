@@ -35,9 +35,8 @@ def find(section: str, title: str, occurrence: int = 0) -> dict[str, Any]:
     return tables[occurrence]
 
 
-def metadata_line(section: str, kind: str = "Measured") -> str:
+def metadata_line(meta: dict[str, str], kind: str = "Measured") -> str:
     """One line: what kind of figure, when, at which commit, on which machine, by which command."""
-    meta = load(section)["meta"]
     line = f"{kind} {meta['date']} at commit {meta['commit']} on {meta['machine']}, by `{meta['command']}`."
     if meta.get("source"):
         line += f" {meta['source']}"
@@ -62,10 +61,11 @@ VALIDATED = (
 )
 
 
-def table(section: str, title: str, kind: str = "Measured") -> str:
-    """A results table as Markdown, its metadata line above it."""
-    found = find(section, title)
-    return f"{metadata_line(section, kind)}\n\n{markdown_table(found['headers'], found['rows'])}"
+def table(section: str, title: str, kind: str = "Measured", occurrence: int = 0) -> str:
+    """A results table as Markdown, its metadata line above it (the table's own, or its file's)."""
+    found = find(section, title, occurrence)
+    meta = found.get("meta") or load(section)["meta"]
+    return f"{metadata_line(meta, kind)}\n\n{markdown_table(found['headers'], found['rows'])}"
 
 
 def _number(text: str) -> float:
@@ -157,6 +157,12 @@ REGIONS: dict[str, Callable[[], str]] = {
     "readme-speed": readme_speed,
     "blackhole-summary": blackhole_summary,
     "model": partial(table, "model", "model: our torch engine"),
+    "host": partial(table, "host", "host: our work per frame"),
+    "stream": partial(table, "stream", "stream: frames at"),
+    "cameras": partial(table, "stream", "stream: 1 and 3 cameras"),
+    "cameras-summary": partial(table, "stream", "stream: 1 and 3 cameras", occurrence=1),
+    "tracking-identity": partial(table, "tracking", "tracking: identity"),
+    "tracking-cost": partial(table, "tracking", "tracking: cost per frame"),
     "blackhole-host": partial(table, "blackhole", "ttnn engine: host work per frame"),
     "blackhole-l1-harvested": partial(
         table, "blackhole", "per-core peak L1 by stage, NO_DISPATCH: harv", SIZED
