@@ -1,6 +1,7 @@
 """`tt-sam3`: SAM 3 from the shell, no ROS needed.
 
     tt-sam3 segment IMAGE --prompt car --prompt person [--out DIR] [--threshold T]
+    tt-sam3 segment IMAGE --prompt bolt --box x1,y1,x2,y2 --negative-box x1,y1,x2,y2
     tt-sam3 track VIDEO --prompt car [--out DIR] [--max-age-s S] [--min-iou F]
     tt-sam3 publish-images DIR_OR_VIDEO --topic image --rate 5
 
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from .engines import TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
 from .engines.base import EngineError
-from .errors import InputError
+from .errors import InputError, quoted
+from .exemplars import Exemplar
 from .tiny_model import TINY_MODEL_ID
 from .weights import WeightsError
 
@@ -63,16 +65,37 @@ _RANDOM_WARNING = (
 def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("segment", help="segment one image and write an overlay PNG and a JSON")
     parser.add_argument("image", type=Path, help="PNG or JPEG file")
-    _segmentation_arguments(parser, "to keep")
+    _segmentation_arguments(parser, "to keep", prompt_required=False)
+    box_help = (
+        "exemplar box in the image's pixels, [PROMPT=]x1,y1,x2,y2; repeat for more. Without PROMPT= it "
+        "refines the only --prompt, or, with no --prompt (or an empty PROMPT=), joins the box-only concept"
+    )
+    parser.add_argument("--box", action="append", default=[], metavar="[PROMPT=]X1,Y1,X2,Y2", help=box_help)
+    parser.add_argument(
+        "--negative-box",
+        action="append",
+        default=[],
+        metavar="[PROMPT=]X1,Y1,X2,Y2",
+        help="like --box, marking what the concept is not",
+    )
     _model_arguments(parser)
     parser.set_defaults(run=_run_segment)
 
 
-def _segmentation_arguments(parser: argparse.ArgumentParser, instances_per: str) -> None:
+def _segmentation_arguments(
+    parser: argparse.ArgumentParser, instances_per: str, prompt_required: bool = True
+) -> None:
     """Prompts, output folder and the selection settings (segment and track share them)."""
     from .segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
 
-    parser.add_argument("--prompt", "-p", action="append", required=True, help="text prompt; repeat for more")
+    parser.add_argument(
+        "--prompt",
+        "-p",
+        action="append",
+        required=prompt_required,
+        default=[],
+        help="text prompt; repeat for more",
+    )
     parser.add_argument("--out", type=Path, default=Path("."), help="output folder (default: current)")
     parser.add_argument(
         "--threshold",
@@ -139,6 +162,41 @@ def _ttnn_options(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def parse_box(text: str, positive: bool, prompts: list[str]) -> Exemplar:
+    """One --box / --negative-box argument, [PROMPT=]x1,y1,x2,y2, as an Exemplar.
+
+    Without ``PROMPT=`` the box refines the only prompt, or is box-only when there is none; an
+    empty ``PROMPT`` (``=x1,y1,x2,y2``) is box-only whatever the prompts.
+
+    Raises:
+        InputError: not four numbers, or no prompt named where several were given.
+    """
+    named, sign, coordinates = text.rpartition("=")
+    if not sign and len(prompts) > 1:
+        raise InputError(
+            f"box {quoted(text)} does not say which prompt it refines: write PROMPT=x1,y1,x2,y2, "
+            "or =x1,y1,x2,y2 for the box-only concept"
+        )
+    prompt = named.strip() if sign else (prompts[0] if prompts else None)
+    try:
+        x1, y1, x2, y2 = (float(v) for v in coordinates.split(","))
+    except ValueError:
+        raise InputError(f"box {quoted(text)} must be x1,y1,x2,y2 in pixels, e.g. 10,20,110,90") from None
+    return Exemplar((x1, y1, x2, y2), positive=positive, prompt=prompt or None)
+
+
+def _checked_boxes(
+    args: argparse.Namespace, prompts: list[str], image_size: tuple[int, int]
+) -> list[Exemplar]:
+    """--box and --negative-box as Exemplars, checked against the image before the model load
+    (positives first)."""
+    from .exemplars import check_exemplars, clip_to_image
+
+    boxes = [parse_box(b, True, prompts) for b in args.box]
+    boxes += [parse_box(b, False, prompts) for b in args.negative_box]
+    return clip_to_image(check_exemplars(boxes, prompts), image_size)
+
+
 def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
     """The prompts and the image, checked before the (slow) model load.
 
@@ -149,7 +207,11 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
     from .prompts import validate_prompts
     from .segmenter import check_settings
 
-    prompts = validate_prompts(args.prompt)
+    # segment may go without --prompt (box-only): an empty list is then checked with the boxes.
+    boxes_given = getattr(args, "box", None) or getattr(args, "negative_box", None)
+    if not args.prompt and not boxes_given:
+        raise InputError("give at least one --prompt or --box")
+    prompts = validate_prompts(args.prompt) if args.prompt else []
     check_settings(args.threshold, args.max_instances)
     try:
         return prompts, load_image(args.image)
@@ -164,8 +226,10 @@ def _run_segment(args: argparse.Namespace) -> int:
     from .segmenter import Sam3Segmenter
 
     prompts, rgb = _checked_inputs(args)
+    boxes = _checked_boxes(args, prompts, rgb.shape[:2])
     if args.model == TINY_MODEL_ID:
         print(_RANDOM_WARNING, file=sys.stderr)
+    box_only = any(not b.prompt for b in boxes)
     with Sam3Segmenter.from_pretrained(
         model_id=args.model,
         revision=args.revision,
@@ -174,10 +238,12 @@ def _run_segment(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         ttnn_options=_ttnn_options(args),
-        max_prompts=len(prompts),  # the chip prompt path compiles only the buckets these need
+        # the chip prompt path compiles only the buckets these need (the box-only concept is one)
+        max_prompts=len(prompts) + box_only,
         max_instances=args.max_instances,  # and keeps on the chip the queries this run asks for
     ) as segmenter:
-        result = segmenter(rgb, prompts, threshold=args.threshold, max_instances=args.max_instances)
+        settings = {"threshold": args.threshold, "max_instances": args.max_instances}
+        result = segmenter(rgb, prompts, boxes=boxes, **settings)
         details = segmenter.describe()
     report = {"image": str(args.image), **result.to_dict(), "engine": details}
     if args.model == TINY_MODEL_ID:

@@ -52,7 +52,8 @@ def draw_overlay(
         colour = instance_colour(shown)
         x1, y1, x2, y2 = (round(v) for v in instance.box)
         cv2.rectangle(canvas, (x1, y1), (max(x1, x2 - 1), max(y1, y2 - 1)), colour, thickness)
-        _label(canvas, f"{shown} {instance.prompt} {instance.score:.2f}", (x1, y1), colour, thickness)
+        name = instance.prompt or "(boxes)"  # the box-only concept has no text
+        _label(canvas, f"{shown} {name} {instance.score:.2f}", (x1, y1), colour, thickness)
     return canvas
 
 

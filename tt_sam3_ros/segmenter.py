@@ -5,6 +5,10 @@
     result = segmenter(image, ["car", "person"])           # image: uint8 RGB HxWx3 (or path, bytes, PIL)
     labels = result.instance_mask()                        # uint8 HxW, 0 = background
 
+    # Exemplar boxes (source pixels): refine a prompt, or stand alone as a box-only concept.
+    result = segmenter(image, ["bolt"], boxes=[Exemplar((10, 20, 60, 90), prompt="bolt"),
+                                               Exemplar((200, 40, 240, 80), positive=False, prompt="bolt")])
+
 One call encodes the image once, runs every prompt against it in one batch, and
 reuses the text encoding of prompts it has seen before (bounded LRU), so a steady
 prompt set costs no text-encoder time after the first frame.
@@ -21,16 +25,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from . import exemplars as exemplar_boxes
 from . import postprocess, preprocess
 from .engines.base import Engine
 from .errors import InputError
+from .exemplars import Exemplar
 from .prompts import MAX_PROMPTS, validate_prompts
 from .results import MAX_LABELLED_INSTANCES, Instance, SegmentationResult
 
@@ -137,6 +143,7 @@ class Sam3Segmenter:
         prompts: list[str],
         threshold: float = DEFAULT_THRESHOLD,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        boxes: Sequence[Exemplar] = (),
     ) -> SegmentationResult:
         """Segment every instance of every prompt in one image.
 
@@ -144,15 +151,19 @@ class Sam3Segmenter:
             image: uint8 RGB (H, W, 3) array (grey and RGBA accepted), a path, PNG/JPEG bytes
                 or a PIL image; each side between 2 and ``max_image_side`` pixels.
             prompts: 1 to the engine's max_prompts (16 unless opened with fewer) non-empty texts
-                of at most 256 characters.
+                of at most 256 characters; may be empty when ``boxes`` holds a box-only concept.
             threshold: keep instances whose score is above this, in [0, 1] (1 keeps none).
             max_instances: at most this many instances, best first (1..255 fit one mono8 mask).
+            boxes: exemplar boxes in this image's pixels (exemplars.py: at most 16, clipped to
+                the image). A box naming a prompt refines it; boxes without a prompt form one
+                box-only concept, which comes after the prompts in the batch and in the result
+                (its name there is "", and it counts against max_prompts).
 
         Raises:
-            InputError (a ValueError): bad image, prompts or settings, with the limit named.
+            InputError (a ValueError): bad image, prompts, boxes or settings, with the limit named.
         """
-        prompts = self._checked_prompts(prompts, threshold, max_instances)
-        return self._segment(self._load(image), prompts, threshold, max_instances)
+        prompts, boxes = self._checked_prompts(prompts, threshold, max_instances, boxes)
+        return self._segment(self._load(image), prompts, threshold, max_instances, boxes=boxes)
 
     def segment_stream(
         self,
@@ -183,15 +194,30 @@ class Sam3Segmenter:
             InputError (a ValueError): bad prompts or settings, at once; a bad frame raises
                 when its result is due, after every earlier frame's result.
         """
-        prompts = self._checked_prompts(prompts, threshold, max_instances)
+        prompts, _ = self._checked_prompts(prompts, threshold, max_instances)
         return self._stream(iter(frames), prompts, threshold, max_instances)
 
-    def _checked_prompts(self, prompts: list[str], threshold: float, max_instances: int) -> list[str]:
-        """The prompts validated against the engine's max_prompts; raises InputError for bad
-        prompts or settings, before any work."""
-        prompts = validate_prompts(prompts, getattr(self.engine, "max_prompts", MAX_PROMPTS))
+    def _checked_prompts(
+        self, prompts: list[str], threshold: float, max_instances: int, boxes: Sequence[Exemplar] = ()
+    ) -> tuple[list[str], list[Exemplar]]:
+        """The prompts and boxes validated against the engine's max_prompts; raises InputError
+        for bad prompts, boxes or settings, before any work."""
+        max_prompts = getattr(self.engine, "max_prompts", MAX_PROMPTS)
+        box_only = not isinstance(boxes, (str, bytes)) and any(
+            isinstance(b, Exemplar) and not b.prompt for b in boxes
+        )
+        if box_only and isinstance(prompts, Sequence) and not isinstance(prompts, str) and len(prompts) == 0:
+            prompts = []  # the box-only concept is the whole request
+        else:
+            prompts = validate_prompts(prompts, max_prompts)
+        checked = exemplar_boxes.check_exemplars(boxes, prompts)
+        if box_only and len(prompts) + 1 > max_prompts:
+            raise InputError(
+                f"too many prompts: {len(prompts)} given and the box-only concept makes "
+                f"{len(prompts) + 1}; at most {max_prompts} allowed"
+            )
         check_settings(threshold, max_instances)
-        return prompts
+        return prompts, checked
 
     def _load(self, image: object) -> _Frame:
         """One frame loaded and resized to the model's square, with its load and preprocess times."""
@@ -234,21 +260,42 @@ class Sam3Segmenter:
         threshold: float,
         max_instances: int,
         while_in_flight: Callable[[], None] | None = None,
+        boxes: list[Exemplar] | None = None,
     ) -> SegmentationResult:
-        """The engine's part of one frame; `while_in_flight` runs after encode_image, before any read."""
+        """The engine's part of one frame; `while_in_flight` runs after encode_image, before any read.
+
+        ``boxes`` (checked) turn the prompts into concepts: each prompt with its boxes, then the
+        box-only concept if there is one."""
         timing = frame.timing
+        image_size = frame.rgb.shape[:2]
+        concepts = None
+        if boxes:
+            clipped = exemplar_boxes.clip_to_image(boxes, image_size)
+            concepts = exemplar_boxes.concepts(prompts, clipped, image_size)
+            prompts = [c.name for c in concepts]
         with _timed(timing, "image_encoder"):
             image_state = self.engine.encode_image(frame.model_image)
         if while_in_flight is not None:
             while_in_flight()
         with _timed(timing, "text_encoder"):
-            prompt_states = self._prompt_states(prompts)
+            prompt_states = self._prompt_states([c.text for c in concepts] if concepts else prompts)
+        extra: dict[str, Any] = {}
+        if concepts:
+            with _timed(timing, "geometry_encoder"):
+                extra["exemplars"] = self._exemplar_states(image_state, concepts)
         with _timed(timing, "decoder"):
-            decoded = self.engine.decode(image_state, prompt_states, max_instances)
+            decoded = self.engine.decode(image_state, prompt_states, max_instances, **extra)
         with _timed(timing, "postprocess"):
-            result = self._instances(decoded, prompts, frame.rgb.shape[:2], threshold, max_instances)
+            result = self._instances(decoded, prompts, image_size, threshold, max_instances)
         result.timing_ms = {**timing, "total": sum(timing.values())}
         return result
+
+    def _exemplar_states(self, image_state: Any, concepts: list[exemplar_boxes.Concept]) -> list[Any]:
+        """The engine's encoding of each concept's boxes (one batch), None where it has none."""
+        with_boxes = [c for c in concepts if len(c.boxes)]
+        boxes, labels = [c.boxes for c in with_boxes], [c.labels for c in with_boxes]
+        encoded = iter(self.engine.encode_exemplars(image_state, boxes, labels))
+        return [next(encoded) if len(c.boxes) else None for c in concepts]
 
     def _prompt_states(self, prompts: list[str]) -> list[Any]:
         """Encodings of ``prompts``, encoding only the ones not cached (in one batch)."""

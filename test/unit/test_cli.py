@@ -63,6 +63,48 @@ def test_bad_arguments_exit_2_with_the_reason(picture: Path, tmp_path: Path, arg
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+def test_segment_takes_positive_and_negative_boxes(picture: Path, tmp_path: Path) -> None:
+    """--box refines the only --prompt; a box named "=" (empty) is the box-only concept."""
+    out = tmp_path / "out"
+    done = run(
+        "segment", str(picture), "--prompt", "car", "--box", "10,20,60,90", "--negative-box", "100,10,150,50",
+        "--box", "=5,5,40,40", "--model", "tiny-random", "--engine", "torch", "--threshold", "0",
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "street.json").read_text())
+    assert report["prompts"] == ["car", ""]
+    assert {i["prompt"] for i in report["instances"]} == {"car", ""}
+    assert "geometry_encoder" in report["timing_ms"]
+
+
+def test_segment_with_boxes_only(picture: Path, tmp_path: Path) -> None:
+    done = run(
+        "segment", str(picture), "--box", "10,20,60,90", "--model", "tiny-random", "--engine", "torch",
+        "--threshold", "0", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "street.json").read_text())["prompts"] == [""]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt", "car", "--prompt", "bus", "--box", "1,2,30,40"], "does not say which prompt"),
+        (["--prompt", "car", "--box", "1,2,30"], "must be x1,y1,x2,y2"),
+        (["--prompt", "car", "--box", "bus=1,2,30,40"], "'bus', which is not one of this call's prompts"),
+        (["--prompt", "car", "--box", "30,2,1,40"], "has no area"),
+        (["--prompt", "car", "--box", "nan,2,30,40"], "not a finite number"),
+        (["--prompt", "car", "--box", "200,200,300,300"], "lies outside the 160x120 image"),
+        ([], "give at least one --prompt or --box"),
+    ],
+)
+def test_bad_boxes_exit_2_with_the_reason(picture: Path, tmp_path: Path, args, message) -> None:
+    done = run("segment", str(picture), "--model", "tiny-random", "--out", str(tmp_path), *args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
 def test_missing_image_is_reported_without_traceback(tmp_path: Path) -> None:
     done = run("segment", str(tmp_path / "nope.png"), "--prompt", "car", "--model", "tiny-random")
     assert done.returncode == 2

@@ -93,6 +93,23 @@ class Engine(Protocol):
         """Run the text encoder on prompt texts; returns one reusable state per prompt."""
         ...
 
+    def encode_exemplars(
+        self, image_state: Any, boxes: list[np.ndarray], labels: list[np.ndarray]
+    ) -> list[Any]:
+        """Run the geometry encoder on exemplar boxes drawn on one image; optional.
+
+        Args:
+            image_state: what ``encode_image`` returned for the image the boxes were drawn on.
+            boxes: per concept, float32 (N, 4) cx, cy, w, h normalised to the model input, N >= 1.
+            labels: per concept, int (N,) 1 positive, 0 negative.
+
+        Returns:
+            One engine-owned state per concept, for ``decode``'s ``exemplars``; it stays valid
+            for later images (the concept carried on). The default refuses: an engine without
+            the geometry encoder's box path says so.
+        """
+        raise EngineError(f"the {getattr(self, 'name', 'this')} engine does not take exemplar boxes")
+
     def decode(
         self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
     ) -> DecodedBatch:
@@ -101,7 +118,11 @@ class Engine(Protocol):
         ``max_instances`` is the most instances the caller will keep from this batch (None: not
         known). An engine that selects on the device may then read back only each prompt's best
         ``max_instances`` queries and give the others a logit of -inf; the host post-processing
-        picks the instances from the logits either way."""
+        picks the instances from the logits either way.
+
+        An engine that implements ``encode_exemplars`` also takes ``exemplars=``: one entry per
+        prompt, its ``encode_exemplars`` state or None. Callers pass it only when some prompt
+        has exemplars."""
         ...
 
     def fetch_masks(

@@ -23,6 +23,7 @@ composed path against transformers' forward.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ class ImageFeatures:
         image_positions: (1, H*W, D) their position encodings.
         spatial_shapes: long (1, 2) (H, W) of that level.
         after_self_attention: (1, H*W, D) first fusion-encoder layer after its self-attention.
+        serial: which ``encode_image`` call made it (exemplar tokens remember theirs).
     """
 
     vision: Any
@@ -54,6 +56,27 @@ class ImageFeatures:
     image_positions: torch.Tensor
     spatial_shapes: torch.Tensor
     after_self_attention: torch.Tensor
+    serial: int = 0
+
+
+@dataclass
+class ExemplarTokens:
+    """One concept's exemplar boxes as the geometry encoder encoded them, on the device.
+
+    On the image they were drawn on, the concept's geometry prompt is ``box_tokens`` followed by
+    ``class_token`` (SAM 3's own prompt); on a later image, ``box_tokens`` followed by that
+    image's own class token (our extension: the concept carried to later frames).
+
+    Attributes:
+        box_tokens: (N, D) one token per box: its coordinates, the image region under it and its
+            label (positive or negative), after the geometry encoder's layers.
+        class_token: (1, D) the geometry encoder's class token, which attended to these boxes.
+        image_serial: ``ImageFeatures.serial`` of the image they were drawn on.
+    """
+
+    box_tokens: torch.Tensor
+    class_token: torch.Tensor
+    image_serial: int
 
 
 @dataclass
@@ -140,6 +163,7 @@ class TorchEngine(Engine):
         self.dtype = resolve_dtype(dtype, self.device)
         self.model: Any = model.to(device=self.device, dtype=self.dtype).eval()
         self.tokenizer = tokenizer
+        self._image_serials = itertools.count(1)
         if compile_image_encoder:
             if self.device.type != "cuda":
                 raise EngineError("compile_image_encoder is offered on CUDA devices only")
@@ -191,6 +215,7 @@ class TorchEngine(Engine):
             image_positions=token_positions,
             spatial_shapes=spatial_shapes,
             after_self_attention=self._first_self_attention(tokens, token_positions),
+            serial=next(self._image_serials),
         )
 
     def _class_token(
@@ -209,6 +234,78 @@ class TorchEngine(Engine):
             img_pos_embeds=positions,
         )
         return geometry.last_hidden_state, geometry.attention_mask
+
+    @torch.inference_mode()
+    def encode_exemplars(
+        self, image_state: ImageFeatures, boxes: list[np.ndarray], labels: list[np.ndarray]
+    ) -> list[ExemplarTokens]:
+        """The geometry encoder on each concept's exemplar boxes, every concept in one batch.
+
+        Sam3Model.forward's geometry step with ``input_boxes`` / ``input_boxes_labels``: a concept
+        with fewer boxes than the longest is padded with masked-out boxes, which no valid token
+        attends to.
+
+        Args:
+            image_state: the image the boxes were drawn on (``encode_image``).
+            boxes: per concept, float32 (N, 4) cx, cy, w, h normalised to the model input, N >= 1.
+            labels: per concept, int (N,) 1 positive, 0 negative.
+        """
+        count, longest = len(boxes), max(len(b) for b in boxes)
+        padded = torch.zeros(count, longest, 4)
+        valid = torch.zeros(count, longest, dtype=torch.bool)
+        box_labels = torch.zeros(count, longest, dtype=torch.long)
+        for row, (concept_boxes, concept_labels) in enumerate(zip(boxes, labels, strict=True)):
+            size = len(concept_boxes)
+            padded[row, :size] = torch.from_numpy(np.asarray(concept_boxes, dtype=np.float32))
+            valid[row, :size] = True
+            box_labels[row, :size] = torch.from_numpy(np.asarray(concept_labels, dtype=np.int64))
+        vision = image_state.vision
+        geometry = (
+            self._require_model()
+            .geometry_encoder(
+                box_embeddings=padded.to(device=self.device, dtype=self.dtype),
+                box_mask=valid.to(self.device),
+                box_labels=box_labels.to(self.device),
+                img_feats=tuple(f.expand(count, -1, -1, -1) for f in vision.fpn_hidden_states[:-1]),
+                img_pos_embeds=tuple(f.expand(count, -1, -1, -1) for f in vision.fpn_position_encoding[:-1]),
+            )
+            .last_hidden_state
+        )
+        # concat_padded_sequences puts the class token right after a concept's valid boxes.
+        tokens = []
+        for row, size in enumerate(len(b) for b in boxes):
+            box_tokens, class_token = geometry[row, :size].clone(), geometry[row, size : size + 1].clone()
+            tokens.append(ExemplarTokens(box_tokens, class_token, image_state.serial))
+        return tokens
+
+    def _geometry_prompts(
+        self, image_state: ImageFeatures, count: int, exemplars: list[ExemplarTokens | None] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(count, G, D) geometry tokens and (count, G) their valid positions, one row per prompt.
+
+        A prompt without exemplars gets the image's class token (one padded box, as Meta's model
+        runs a text prompt); one with exemplars its box tokens, then the class token that attended
+        to them on the image they were drawn on, or this image's class token on a later image.
+        """
+        if exemplars is None or all(e is None for e in exemplars):
+            shared = image_state.class_token.expand(count, -1, -1)
+            return shared, image_state.class_token_mask.expand(count, -1)
+        own = image_state.class_token[0, :1]  # the valid position; the padded box follows it
+        rows = []
+        for exemplar in exemplars:
+            if exemplar is None:
+                rows.append(own)
+            elif exemplar.image_serial == image_state.serial:
+                rows.append(torch.cat([exemplar.box_tokens, exemplar.class_token]))
+            else:
+                rows.append(torch.cat([exemplar.box_tokens, own]))
+        longest = max(len(r) for r in rows)
+        tokens = own.new_zeros(count, longest, own.shape[-1])
+        valid = torch.zeros(count, longest, dtype=torch.bool, device=self.device)
+        for index, row in enumerate(rows):
+            tokens[index, : len(row)] = row
+            valid[index, : len(row)] = True
+        return tokens, valid
 
     def _first_self_attention(self, tokens: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
         """Sam3DetrEncoderLayer.forward of layer 0 up to its cross-attention: image tokens only."""
@@ -235,9 +332,11 @@ class TorchEngine(Engine):
         image_state: ImageFeatures,
         prompt_states: list[PromptFeatures],
         max_instances: int | None = None,
+        exemplars: list[ExemplarTokens | None] | None = None,
     ) -> DecodedBatch:
-        """All prompts against one image in one batch: Sam3Model.forward with one padded box;
-        every query's outputs (max_instances is not used).
+        """All prompts against one image in one batch: Sam3Model.forward with one padded box, or
+        with a prompt's exemplar boxes where ``exemplars`` (one entry per prompt, None for none)
+        gives them; every query's outputs (max_instances is not used).
 
         Image-only tensors are expanded (views, not copies) to the prompt batch.
         """
@@ -245,20 +344,9 @@ class TorchEngine(Engine):
 
         model = self._require_model()
         count = len(prompt_states)
-        prompts = torch.cat(
-            [
-                torch.stack([s.features for s in prompt_states]),
-                image_state.class_token.expand(count, -1, -1),
-            ],
-            dim=1,
-        )
-        prompt_mask = torch.cat(
-            [
-                torch.stack([s.mask for s in prompt_states]),
-                image_state.class_token_mask.expand(count, -1),
-            ],
-            dim=1,
-        )
+        geometry, geometry_mask = self._geometry_prompts(image_state, count, exemplars)
+        prompts = torch.cat([torch.stack([s.features for s in prompt_states]), geometry], dim=1)
+        prompt_mask = torch.cat([torch.stack([s.mask for s in prompt_states]), geometry_mask], dim=1)
         encoded = self._fusion_encoder(image_state, prompts, prompt_mask)
         positions = image_state.image_positions.expand(count, -1, -1)
         decoded = model.detr_decoder(

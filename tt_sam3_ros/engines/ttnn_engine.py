@@ -371,11 +371,28 @@ class TtnnEngine(Engine):
         """Text encoder on the prompt path (the host's by default)."""
         return self._require_prompt_path().encode_prompts(prompts)
 
+    def encode_exemplars(
+        self, image_state: Any, boxes: list[np.ndarray], labels: list[np.ndarray]
+    ) -> list[Any]:
+        """Exemplar boxes through the host prompt path's geometry encoder, over the FPN maps the
+        chip computed; the chip prompt path does not take them."""
+        encode = getattr(self._require_prompt_path(), "encode_exemplars", None)
+        if encode is None:
+            raise EngineError("exemplar boxes need the ttnn engine's host prompt path (prompt_path host)")
+        return encode(image_state, boxes, labels)
+
     def decode(
-        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
+        self,
+        image_state: Any,
+        prompt_states: list[Any],
+        max_instances: int | None = None,
+        exemplars: list[Any] | None = None,
     ) -> DecodedBatch:
-        """The prompt path over the chip's image features (max_instances: see Engine.decode)."""
-        return self._require_prompt_path().decode(image_state, prompt_states, max_instances)
+        """The prompt path over the chip's image features (max_instances, exemplars: see Engine.decode)."""
+        path = self._require_prompt_path()
+        if exemplars is None:
+            return path.decode(image_state, prompt_states, max_instances)
+        return path.decode(image_state, prompt_states, max_instances, exemplars=exemplars)
 
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
