@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
+from tt_sam3_ros.tracking import AgeingView
 from tt_sam3_ros.worker import StatsSnapshot
 
 #: What the WARN status says while no prompts are set: the command that fixes it.
@@ -117,6 +118,28 @@ def depth_status(name: str, values: dict[str, str]) -> DiagnosticStatus:
     return DiagnosticStatus(
         level=level,
         name=f"{name}: depth",
+        message=message,
+        values=[KeyValue(key=key, value=value) for key, value in values.items()],
+    )
+
+
+def tracking_status(name: str, view: AgeingView) -> DiagnosticStatus:
+    """The ``<name>: tracking`` status of one camera's tracker: WARN while its processed frames
+    are further apart than ``track_max_age_s`` (ageing then counts frames; see the message)."""
+    interval = view.processed_interval_s
+    values = {
+        "processed_interval_s": "" if interval is None else f"{interval:.3f}",
+        "track_max_age_s": f"{view.max_age_s:g}",
+        "max_age_frames": str(view.max_age_frames),
+        "tracks_alive": str(view.tracks_alive),
+    }
+    if view.warning:
+        level, message = DiagnosticStatus.WARN, view.warning
+    else:
+        level, message = DiagnosticStatus.OK, "tracking" if interval is not None else "waiting for frames"
+    return DiagnosticStatus(
+        level=level,
+        name=f"{name}: tracking",
         message=message,
         values=[KeyValue(key=key, value=value) for key, value in values.items()],
     )

@@ -60,7 +60,13 @@ from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
 from tt_sam3_ros import messages, messages_3d
 from tt_sam3_ros.depth_pairing import Answer3D
-from tt_sam3_ros.diagnostics import NodeView, camera_status, depth_status, segmentation_status
+from tt_sam3_ros.diagnostics import (
+    NodeView,
+    camera_status,
+    depth_status,
+    segmentation_status,
+    tracking_status,
+)
 from tt_sam3_ros.errors import printable, quoted
 from tt_sam3_ros.log_forwarding import forward_library_logging, stop_forwarding
 from tt_sam3_ros.node_parameters import (
@@ -678,9 +684,11 @@ class Sam3Node(LifecycleNode):
         for camera in self._cameras.values():
             if camera.name:
                 array.status.append(camera_status(view, camera.name, camera.state.stats.camera.snapshot()))
+            prefix = f"{self.get_name()}: camera {camera.name}" if camera.name else self.get_name()
             if self._depth_enabled:
-                prefix = f"{self.get_name()}: camera {camera.name}" if camera.name else self.get_name()
                 array.status.append(depth_status(prefix, camera.state.depth_stats.snapshot()))
+            if self._settings.tracking:
+                array.status.append(tracking_status(prefix, camera.state.tracker.ageing()))
         self._diagnostics_pub.publish(array)
 
     def _node_view(self) -> NodeView:

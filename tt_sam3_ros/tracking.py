@@ -61,6 +61,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -106,7 +107,7 @@ def check_tracking_settings(
     if not (math.isfinite(min_iou) and 0.0 < min_iou <= 1.0):
         raise InputError(f"track_min_iou must be in (0, 1], got {min_iou}")
     if isinstance(max_age_frames, bool) or int(max_age_frames) != max_age_frames or max_age_frames < 1:
-        raise InputError(f"track_max_age_frames must be a whole number of frames >= 1, got {max_age_frames}")
+        raise InputError(f"max_age_frames must be a whole number of frames >= 1, got {max_age_frames}")
 
 
 class TrackIdSpace:
@@ -179,6 +180,25 @@ class _Tracks:
         self.areas = np.concatenate([self.areas, areas])
 
 
+@dataclass(frozen=True)
+class AgeingView:
+    """How a tracker's ageing fits its stream, for /diagnostics (read from another thread).
+
+    Attributes:
+        processed_interval_s: median image time between its recent frames (None before two).
+        max_age_s, max_age_frames: the ageing rule (a lost track lives both this long and this
+            many of the tracker's frames).
+        tracks_alive: tracks not yet aged out.
+        warning: why ids may not hold on this stream ("" when ageing follows ``max_age_s``).
+    """
+
+    processed_interval_s: float | None
+    max_age_s: float
+    max_age_frames: int
+    tracks_alive: int
+    warning: str
+
+
 class InstanceTracker:
     """Gives each instance of a stream of SegmentationResults a track id stable across frames.
 
@@ -205,6 +225,9 @@ class InstanceTracker:
         self._tracks = _Tracks()
         self._last_stamp_s: float | None = None
         self._intervals: deque[float] = deque(maxlen=INTERVAL_WINDOW)
+        # Guards _intervals and the track count against ``ageing()`` on a diagnostics thread.
+        self._view_lock = threading.Lock()
+        self._tracks_alive = 0
         # How the scene moved lately (pixels per second): a new track starts with it, so an
         # object that enters during a camera pan is predicted to move with the pan.
         self._scene_velocity = np.zeros(2)
@@ -217,9 +240,17 @@ class InstanceTracker:
     @property
     def processed_interval_s(self) -> float | None:
         """Median image time between the recent frames this tracker saw (None before two frames)."""
-        if not self._intervals:
-            return None
-        return float(np.median(self._intervals))
+        with self._view_lock:
+            intervals = list(self._intervals)
+        return float(np.median(intervals)) if intervals else None
+
+    def ageing(self) -> AgeingView:
+        """The ageing rule against this stream's processed interval; safe from any thread."""
+        with self._view_lock:
+            alive = self._tracks_alive
+        return AgeingView(
+            self.processed_interval_s, self.max_age_s, self.max_age_frames, alive, self.ageing_warning()
+        )
 
     def ageing_warning(self) -> str:
         """Why ids may not hold on this stream, or "" when ageing follows ``max_age_s``.
@@ -250,7 +281,9 @@ class InstanceTracker:
         """Forget every track. Ids already given are still never given again."""
         self._tracks = _Tracks()
         self._last_stamp_s = None
-        self._intervals.clear()
+        with self._view_lock:
+            self._intervals.clear()
+            self._tracks_alive = 0
         self._scene_velocity = np.zeros(2)
 
     def forget_prompts(self, kept: list[str] | tuple[str, ...] | set[str]) -> None:
@@ -301,6 +334,8 @@ class InstanceTracker:
                 np.array([instances[k].crop_origin for k in born], dtype=np.int64).reshape(-1, 2),
                 areas[born],
             )
+        with self._view_lock:
+            self._tracks_alive = len(tracks)
         tracked = [i.with_track_id(int(t)) for i, t in zip(instances, ids, strict=True)]
         return dataclasses.replace(result, instances=tracked)
 
@@ -318,7 +353,8 @@ class InstanceTracker:
             else:
                 stamp_s = last
         if last is not None:
-            self._intervals.append(stamp_s - last)
+            with self._view_lock:
+                self._intervals.append(stamp_s - last)
         self._last_stamp_s = stamp_s
         return stamp_s
 

@@ -106,3 +106,16 @@ def test_cleanup_forgets_the_tracks_and_ids_are_never_given_twice(sam3: Sam3Clie
     sam3.wait_for_subscriber()
     detections, _ = sam3.ask(make_image(picture))
     assert min(int(i) for i in _ids(detections)) > before
+
+
+def test_the_tracking_status_reports_the_processed_interval(sam3: Sam3Client) -> None:
+    """`sam3: tracking` on /diagnostics: the camera's processed interval against the ageing rule,
+    WARN when frames are further apart than track_max_age_s."""
+    picture = scene(seed=5)
+    for _ in range(3):
+        sam3.ask(make_image(picture))
+    status = sam3.next_diagnostics(timeout_s=10.0, where=lambda d: d.get("processed_interval_s"))
+    interval = float(status["processed_interval_s"])
+    assert interval > 0.0 and status["track_max_age_s"] == "1" and status["max_age_frames"] == "3"
+    assert int(status["tracks_alive"]) >= 1
+    assert status["_level"] == (1 if interval > 1.0 else 0), status

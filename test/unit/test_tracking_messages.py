@@ -76,3 +76,32 @@ def test_class_ids_restart_from_the_prompts_in_force_when_uint16_runs_out() -> N
     ids.LIMIT = 3
     ids.assign(("a", "b", "c"))
     assert ids.assign(("c", "d")) == (("c", 0), ("d", 1))
+
+
+def test_the_tracking_status_warns_when_frames_are_further_apart_than_the_max_age() -> None:
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    from tt_sam3_ros.diagnostics import tracking_status
+
+    fast, slow = InstanceTracker(), InstanceTracker()
+    waiting = tracking_status("sam3", fast.ageing())
+    assert (waiting.level, waiting.name, waiting.message) == (
+        DiagnosticStatus.OK,
+        "sam3: tracking",
+        "waiting for frames",
+    )
+    for step in range(4):
+        frame = SegmentationResult((40, 80), ["car"], [square(0.9, 10)], {})
+        fast.update(frame, step * 0.1)
+        slow.update(frame, step * 2.5)
+    ok = tracking_status("sam3: camera front", fast.ageing())
+    assert ok.level == DiagnosticStatus.OK and ok.name == "sam3: camera front: tracking"
+    warn = tracking_status("sam3", slow.ageing())
+    values = {kv.key: kv.value for kv in warn.values}
+    assert warn.level == DiagnosticStatus.WARN and "2.5 s apart" in warn.message
+    assert values == {
+        "processed_interval_s": "2.500",
+        "track_max_age_s": "1",
+        "max_age_frames": "3",
+        "tracks_alive": "1",
+    }
