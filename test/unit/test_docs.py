@@ -110,6 +110,17 @@ def test_parameters_named_in_commands_exist() -> None:
         assert not unknown, f"{page.relative_to(REPO)} sets parameters the node lacks: {sorted(unknown)}"
 
 
+def test_parameter_settings_in_the_text_name_real_parameters() -> None:
+    """Every `name: value` the docs write (`depth: true`, `ttnn_prompt_path: chip`) is a parameter."""
+    from tt_sam3_ros.node_parameters import PARAMETERS
+
+    for page in pages():
+        for name in re.findall(r"`([a-z_]+): [^`]+`", hand_written(page.read_text())):
+            assert name in PARAMETERS or name == "try", (
+                f"{page.relative_to(REPO)}: `{name}: ...` is no parameter"
+            )
+
+
 # -- launch arguments -----------------------------------------------------------------------------
 
 
