@@ -163,6 +163,7 @@ REGIONS: dict[str, Callable[[], str]] = {
     "cameras-summary": partial(table, "stream", "stream: 1 and 3 cameras", occurrence=1),
     "tracking-identity": partial(table, "tracking", "tracking: identity"),
     "tracking-cost": partial(table, "tracking", "tracking: cost per frame"),
+    "fidelity-vit": partial(table, "fidelity", "ViT attention settings"),
     "blackhole-host": partial(table, "blackhole", "ttnn engine: host work per frame"),
     "blackhole-l1-harvested": partial(
         table, "blackhole", "per-core peak L1 by stage, NO_DISPATCH: harv", SIZED
