@@ -11,7 +11,9 @@ The GPU check is `python3 -m benchmarks --only model --device cuda` (tools/gpu_c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
+import io
 import os
 import sys
 
@@ -78,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.device != "cpu" and not takes_device:
             print(f"\n(section {section} runs on the CPU whatever --device says)")
         report.recorded()
-        found = module.main(args.quick, device=args.device) if takes_device else module.main(args.quick)
+        # Only a recorded run copies what it prints (the raw output beside its tables).
+        keep = results.transcript() if args.results else contextlib.nullcontext(io.StringIO())
+        with keep as printed:
+            found = module.main(args.quick, device=args.device) if takes_device else module.main(args.quick)
         failures += found or []
         if args.results:
             command = argv if argv is not None else sys.argv[1:]
-            results.write(args.results, section, report.recorded(), command)
+            results.write(args.results, section, report.recorded(), command, printed.getvalue())
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0

@@ -7,11 +7,15 @@ benchmarks/results/<section>.json; tools/gen_docs.py renders the docs' figures f
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import json
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from . import report
 
@@ -43,10 +47,39 @@ def metadata(argv: list[str]) -> dict[str, str]:
     }
 
 
-def write(folder: str | Path, section: str, tables: list[dict[str, Any]], argv: list[str]) -> Path:
-    """DIR/<section>.json: ``{"meta": {...}, "tables": [{"title", "headers", "rows"}, ...]}``."""
+class _Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy."""
+
+    def __init__(self, terminal: TextIO) -> None:
+        self.terminal, self.copy = terminal, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.terminal.write(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+
+@contextlib.contextmanager
+def transcript() -> Iterator[io.StringIO]:
+    """Everything printed on stdout inside the block, also kept (the raw output of a section)."""
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        yield tee.copy
+
+
+def write(
+    folder: str | Path, section: str, tables: list[dict[str, Any]], argv: list[str], printed: str = ""
+) -> Path:
+    """DIR/<section>.json: ``{"meta": {...}, "tables": [{"title", "headers", "rows"}, ...]}``, and the
+    section's raw printed output beside it in DIR/<section>.txt."""
     path = Path(folder) / f"{section}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": metadata(argv), "tables": tables}, indent=1) + "\n", encoding="utf-8")
+    meta = metadata(argv)
+    path.write_text(json.dumps({"meta": meta, "tables": tables}, indent=1) + "\n", encoding="utf-8")
+    if printed:
+        header = " ".join(f"{key}: {value};" for key, value in meta.items())
+        path.with_suffix(".txt").write_text(f"{header}\n{printed}", encoding="utf-8")
     report.progress(f"results written to {path}")
     return path

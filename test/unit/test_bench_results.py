@@ -38,3 +38,12 @@ def test_results_file_holds_the_tables_and_when_where_how(tmp_path) -> None:
 def test_quick_runs_are_not_recorded() -> None:
     with pytest.raises(SystemExit):
         bench_main.parse_args(["--quick", "--results", "somewhere"])
+
+
+def test_the_raw_output_is_kept_beside_the_tables(tmp_path, capsys) -> None:
+    with results.transcript() as printed:
+        print("predicted image trace: 25.9 ms")
+    assert "25.9 ms" in capsys.readouterr().out  # still printed
+    path = results.write(tmp_path, "blackhole", [], ["--only", "blackhole"], printed.getvalue())
+    raw = path.with_suffix(".txt").read_text()
+    assert raw.startswith("date: ") and raw.endswith("predicted image trace: 25.9 ms\n")
