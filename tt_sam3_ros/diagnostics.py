@@ -17,8 +17,11 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from tt_sam3_ros.tracking import AgeingView
 from tt_sam3_ros.worker import StatsSnapshot
 
-#: What the WARN status says while no prompts are set: the command that fixes it.
-NO_PROMPTS_HINT = "no prompts set: ros2 param set /sam3 prompts \"['car']\""
+
+def no_prompts_hint(node: str) -> str:
+    """What the WARN status says while no prompts are set: the command that fixes it, for
+    ``node``, the node's fully qualified name (a namespace or a renamed node included)."""
+    return f"no prompts set: ros2 param set {node} prompts \"['car']\""
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class NodeView:
     dtype: str
     model: str
     prompts: tuple[str, ...]
+    #: The node's fully qualified name (``/robot/sam3``), which commands in hints must use.
+    fully_qualified_name: str = ""
 
 
 def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
@@ -41,7 +46,7 @@ def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
     if view.state != "active":
         return DiagnosticStatus.WARN, f"{view.state}: not segmenting"
     if not view.prompts:
-        return DiagnosticStatus.WARN, NO_PROMPTS_HINT
+        return DiagnosticStatus.WARN, no_prompts_hint(view.fully_qualified_name or f"/{view.name}")
     if stats.last_outcome == "rejected":
         return DiagnosticStatus.WARN, stats.last_error
     return DiagnosticStatus.OK, "segmenting"

@@ -398,7 +398,7 @@ class Sam3Node(LifecycleNode):
         if not self._settings.prompts:
             self.get_logger().warning(
                 "active but no prompts set; frames are ignored until e.g. "
-                "ros2 param set /sam3 prompts \"['car', 'person']\""
+                f"ros2 param set {self.get_fully_qualified_name()} prompts \"['car', 'person']\""
             )
         return TransitionCallbackReturn.SUCCESS
 
@@ -663,7 +663,8 @@ class Sam3Node(LifecycleNode):
         summary = (
             f"{ENGINE_ERROR_LIMIT} frames in a row failed in the engine (last: {reason}); "
             "the engine looks lost: taking the lifecycle error path (engine released, node "
-            "unconfigured). Fix the device, then: ros2 lifecycle set /sam3 configure, activate"
+            f"unconfigured). Fix the device, then: ros2 lifecycle set {self.get_fully_qualified_name()} "
+            "configure, activate"
         )
         self._stats.note_error(summary)
         self.get_logger().fatal(summary)
@@ -701,6 +702,7 @@ class Sam3Node(LifecycleNode):
             dtype=engine.get("dtype", self.get_parameter("dtype").value or "default"),
             model=engine.get("model", self.get_parameter("model_id").value),
             prompts=self._settings.prompts,
+            fully_qualified_name=self.get_fully_qualified_name(),
         )
 
 

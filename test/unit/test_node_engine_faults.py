@@ -237,3 +237,44 @@ def test_a_publisher_that_fails_is_an_output_error_and_the_healthy_engine_is_kep
     finally:
         sam3.shut_down()
         sam3.destroy_node()
+
+
+def test_hints_name_the_node_by_its_real_name(context, monkeypatch) -> None:
+    """Launched as /robot/segmenter, every command the node suggests must reach that node."""
+    heard: list[str] = []
+    overrides = [Parameter("autostart", value=False), Parameter("model_id", value="tiny-random")]
+    sam3 = Sam3Node(
+        context=context,
+        namespace="robot",
+        cli_args=["--ros-args", "-r", "__node:=segmenter"],
+        parameter_overrides=overrides,
+    )
+    logger = sam3.get_logger()
+    for level in ("warning", "fatal"):
+        original = getattr(type(logger), level)
+
+        def record(self: object, text: str, original: Any = original, **kwargs: object) -> Any:
+            heard.append(text)
+            return original(self, text, **kwargs)
+
+        monkeypatch.setattr(type(logger), level, record)
+    lost = ScriptedSegmenter(fail_with=RuntimeError("device lost"))
+    sam3._build_segmenter = lambda request: lost
+    try:
+        assert sam3.get_fully_qualified_name() == "/robot/segmenter"
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        assert any("ros2 param set /robot/segmenter prompts" in line for line in heard), heard
+        assert "ros2 param set /robot/segmenter prompts" in _status(sam3).message
+        assert sam3.set_parameters([Parameter("prompts", value=["car"])])[0].successful
+        for _ in range(ENGINE_ERROR_LIMIT):
+            calls = lost.calls
+            sam3._on_image(next(iter(sam3._cameras.values())), _image())
+            assert _wait(lambda c=calls: lost.calls > c or sam3._state != "active")
+        assert _wait(lambda: any("the engine looks lost" in line for line in heard))
+        (fatal,) = [line for line in heard if "the engine looks lost" in line]
+        assert "ros2 lifecycle set /robot/segmenter configure" in fatal
+        assert not [line for line in heard if "/sam3" in line], heard
+    finally:
+        sam3.shut_down()
+        sam3.destroy_node()
