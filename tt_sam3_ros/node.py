@@ -91,6 +91,7 @@ from tt_sam3_ros.pipeline import (
     FrameOutput,
     FramePipeline,
     Wants,
+    is_expected_failure,
 )
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
 from tt_sam3_ros.worker import Frame, FrameSlot, InferenceWorker
@@ -515,14 +516,14 @@ class Sam3Node(LifecycleNode):
         )
 
     def _report_configure_failure(self, error: BaseException) -> None:
-        """Log why configure failed: the message alone when it is actionable by itself."""
-        from tt_sam3_ros.weights import WeightsError
-
+        """Log why configure failed: an expected failure's reason alone (its traceback at DEBUG),
+        any other with its traceback."""
         self._stats.note_error(f"configure: {printable(error, REASON_LIMIT)}")
-        if isinstance(error, WeightsError | ValueError):
+        details = "".join(traceback.format_exception(error))
+        if is_expected_failure(error):
             self.get_logger().error(f"cannot configure: {error}")
+            self.get_logger().debug(f"cannot configure:\n{details}")
         else:
-            details = "".join(traceback.format_exception(error))
             self.get_logger().error(f"cannot configure: {type(error).__name__}: {error}\n{details}")
 
     def _on_engine_closed(self, description: dict[str, str]) -> None:

@@ -31,10 +31,12 @@ import numpy as np
 
 from tt_sam3_ros import depth_pairing
 from tt_sam3_ros.depth_pairing import Answer3D, DepthPairing, DepthSettings, DepthStats
+from tt_sam3_ros.engines.base import EngineError
 from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.results import SegmentationResult
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
 from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, InstanceTracker, TrackIdSpace
+from tt_sam3_ros.weights.errors import WeightsError
 from tt_sam3_ros.worker import SINGLE_CAMERA, CameraStats, FrameStats
 
 LOG = logging.getLogger(__name__)
@@ -64,6 +66,17 @@ class RunSettings:
     #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
     #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
     class_ids: tuple[tuple[str, int], ...] = ()
+
+
+def is_expected_failure(error: BaseException) -> bool:
+    """Whether a start-up failure is one a user acts on from its message alone.
+
+    No TT-NN, no device, an engine option refused (``EngineError``), weights not found
+    (``WeightsError``) and a refused value (``ValueError``, ``InputError``) say what to do;
+    their traceback (through the worker thread and importlib) only hides that. Anything else
+    is a fault whose traceback is the report.
+    """
+    return isinstance(error, EngineError | WeightsError | ValueError)
 
 
 @dataclass(frozen=True)

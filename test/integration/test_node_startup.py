@@ -6,6 +6,7 @@ These run the installed ``sam3_node`` console script with config/sam3.yaml, exac
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -55,6 +56,16 @@ def test_missing_weights_stop_make_run_with_the_actionable_message(tmp_path: Pat
     assert "Traceback" not in log
     assert elapsed < 30.0, f"took {elapsed:.1f} s"
     print(f"\nmissing weights: exit 1 after {elapsed:.1f} s")
+
+
+def test_engine_ttnn_without_ttnn_stops_with_the_reason_alone(tmp_path: Path) -> None:
+    """An expected start-up error (TT-NN not installed) is one message; its traceback is DEBUG only."""
+    if importlib.util.find_spec("ttnn") is not None:
+        pytest.skip("ttnn is installed in this environment")
+    exit_code, log, _ = _run_until_exit({"model_id": "tiny-random", "engine": "ttnn"}, tmp_path)
+    assert exit_code == 1, log
+    assert "cannot configure: the ttnn engine needs TT-NN" in log and "No module named 'ttnn'" in log
+    assert "Traceback" not in log and "importlib" not in log, log
 
 
 def test_no_network_stops_make_run_with_the_actionable_message(tmp_path: Path) -> None:

@@ -278,3 +278,37 @@ def test_hints_name_the_node_by_its_real_name(context, monkeypatch) -> None:
     finally:
         sam3.shut_down()
         sam3.destroy_node()
+
+
+@pytest.mark.parametrize(
+    ("error", "traceback_shown"),
+    [
+        ("engine", False),
+        ("weights", False),
+        ("parameter", False),
+        ("unexpected", True),
+    ],
+)
+def test_expected_configure_errors_give_their_reason_alone(
+    context, capfd, error: str, traceback_shown: bool
+) -> None:
+    from tt_sam3_ros.engines.base import EngineError
+    from tt_sam3_ros.weights import WeightsError
+
+    def build(request: object) -> ScriptedSegmenter:
+        raise {
+            "engine": EngineError("the ttnn engine cannot be loaded: No module named 'ttnn'"),
+            "weights": WeightsError("no weights for facebook/sam3 in the cache; set weights_dir"),
+            "parameter": ValueError("max_prompts 20 is above 16"),
+            "unexpected": KeyError("layers.3.weight"),
+        }[error]
+
+    sam3 = _node(context, [])
+    sam3._build_segmenter = build
+    try:
+        assert sam3.trigger_configure() == TransitionCallbackReturn.FAILURE
+        err = capfd.readouterr().err
+        assert "cannot configure:" in err, err
+        assert ("Traceback (most recent call last)" in err) == traceback_shown, err
+    finally:
+        sam3.destroy_node()
