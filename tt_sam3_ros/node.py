@@ -274,7 +274,11 @@ class Sam3Node(LifecycleNode):
             if reason:
                 raise ValueError(reason)
             if coerced(parameter) is not parameter:
-                self.set_parameters([coerced(parameter)])
+                # An integer given for a double escaped the descriptor's range at declare (rclpy
+                # checks a double range on doubles only); as a double it is checked here.
+                (result,) = self.set_parameters([coerced(parameter)])
+                if not result.successful:
+                    raise ValueError(result.reason)
         values = self._parameter_values()
         reason = invalid_values(values)
         if reason:

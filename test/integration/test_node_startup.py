@@ -87,8 +87,17 @@ def test_no_network_stops_make_run_with_the_actionable_message(tmp_path: Path) -
         ({"threshold": "1.5"}, "threshold out of range Min: 0.0, Max: 1.0"),
         ({"engine": "tpu"}, "engine must be one of auto, torch, ttnn"),
         ({"qos_depth": "0"}, "qos_depth out of range"),
+        ({"depth_max_skew_s": "5"}, "depth_max_skew_s out of range Min: 0.0, Max: 1.0"),
     ],
-    ids=["blank-prompt", "prompts-as-string", "threshold-word", "threshold-1.5", "bad-engine", "qos-depth-0"],
+    ids=[
+        "blank-prompt",
+        "prompts-as-string",
+        "threshold-word",
+        "threshold-1.5",
+        "bad-engine",
+        "qos-depth-0",
+        "integer-skew-5",
+    ],
 )
 def test_invalid_startup_parameters_stop_the_node_with_the_reason(
     tmp_path: Path, params: dict[str, str], reason: str

@@ -214,3 +214,36 @@ def test_an_integer_threshold_is_taken_as_a_number(sam3_node) -> None:
     (result,) = sam3_node.set_parameters([Parameter("threshold", value=0)])
     assert result.successful, result.reason
     assert sam3_node._settings.threshold == 0.0
+
+
+def _outside_ranges() -> list[tuple[str, object]]:
+    """For every parameter whose descriptor states a range: a value just below and just above it,
+    as the integer ``-p name:=5`` gives where the integer lies outside (a double parameter too)."""
+    cases: list[tuple[str, object]] = []
+    for name, (_default, descriptor) in PARAMETERS.items():
+        for bounds in (*descriptor.floating_point_range, *descriptor.integer_range):
+            low, high = bounds.from_value, bounds.to_value
+            if descriptor.floating_point_range:
+                cases += [(name, low - 0.5), (name, high + 0.5)]
+                cases += [(name, int(value)) for value in (low - 1, high + 1) if value == int(value)]
+            else:
+                cases += [(name, low - 1), (name, high + 1)]
+    return cases
+
+
+@pytest.mark.parametrize(("name", "value"), _outside_ranges(), ids=lambda v: str(v))
+def test_every_descriptor_range_holds_at_startup(name: str, value: object) -> None:
+    """``-p depth_max_skew_s:=5`` (an integer for a double) is refused like ``5.0`` is."""
+    import rclpy
+
+    from tt_sam3_ros.node import Sam3Node
+
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    try:
+        overrides = [Parameter("autostart", value=False), Parameter(name, value=value)]
+        with pytest.raises(Exception, match=f"{name} out of range|{name} must be") as refused:
+            Sam3Node(context=context, parameter_overrides=overrides).destroy_node()
+        assert name in str(refused.value)
+    finally:
+        rclpy.try_shutdown(context=context)
