@@ -11,8 +11,10 @@ the per-frame pipeline (decode, segment, track, 3D, and whose fault a failure is
 Threads (why: a slow model must never stall services, parameters or lifecycle calls):
 
 - The executor runs the subscription, parameter and lifecycle callbacks (one
-  mutually exclusive group) and the diagnostics timer (its own group, so /diagnostics
-  keeps flowing while a transition is busy). None of them touches the model.
+  mutually exclusive group), the change_state service (its own group: a configure it runs
+  waits for the model load, which must not hold parameters or get_state) and the
+  diagnostics timer (its own group, so /diagnostics keeps flowing while a transition is
+  busy). None of them touches the model.
 - One worker thread owns the segmenter from construction to ``close()``: engines
   require every device call on the thread that opened the device. The subscription
   callback drops the newest frame into a one-slot box and wakes the worker; a frame
@@ -238,10 +240,25 @@ class Sam3Node(LifecycleNode):
         # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
         self._engine_lost = False
 
+        self._run_transitions_apart()
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diagnostics_timer = self.create_timer(
             1.0, self._publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
         )
+
+    def _run_transitions_apart(self) -> None:
+        """Serve the change_state service in a callback group of its own.
+
+        ``ros2 lifecycle set <node> configure`` runs ``on_configure`` inside that service, and
+        configure waits for the model load (seconds; minutes on a first download). rclpy puts
+        the lifecycle services in the node's default group, beside the parameter services,
+        get_state and the subscriptions: the wait would hold them all. Apart, it holds one
+        executor thread and nothing else.
+        """
+        service = self._service_change_state
+        group = MutuallyExclusiveCallbackGroup()
+        group.add_entity(service)
+        service.callback_group = group
 
     # ----------------------------------------------------------------- parameters
 

@@ -78,7 +78,8 @@ def _rcl_reason(error: Exception) -> str:
 
 def _run(node: Sam3Node, stop: threading.Event) -> int:
     """Spin on a thread of its own; autostart here meanwhile; wait for ``stop``. Returns the exit code."""
-    executor = MultiThreadedExecutor(num_threads=2)
+    # A transition (its own group), the default group and the diagnostics timer: one thread each.
+    executor = MultiThreadedExecutor(num_threads=3)
     executor.add_node(node)
     failures: list[str] = []
     spinner = threading.Thread(

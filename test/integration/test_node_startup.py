@@ -205,3 +205,34 @@ def test_services_and_diagnostics_answer_while_autostart_configures(tmp_path: Pa
         assert status["state"] == "configuring", status
         assert time.monotonic() - started < 12.0
         assert "configured in" not in log_path.read_text(), "the test ran after the configure"
+
+
+def test_services_and_diagnostics_answer_while_a_manual_configure_loads(tmp_path: Path) -> None:
+    """``ros2 lifecycle set /sam3 configure`` with autostart off: the transition runs in the
+    change_state service, and the load must not silence the other services meanwhile."""
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+    from ros_harness import spin_until
+
+    log_path = tmp_path / "node.log"
+    program, env = FAULTY_NODE, {"SAM3_BUILD_DELAY_S": "30"}
+    params = {"model_id": "tiny-random", "autostart": "false"}
+    with running_node(params, log_path, program, False, env) as sam3:
+        assert sam3.state() == "unconfigured"
+        client = sam3._change_state
+        assert client.wait_for_service(timeout_sec=30.0)
+        configure = client.call_async(
+            ChangeState.Request(transition=Transition(id=Transition.TRANSITION_CONFIGURE))
+        )
+        _wait_for_log(log_path, "configuring:")
+        # Each answer below comes while the state is still "configuring", i.e. during the load.
+        assert sam3.state() == "configuring"
+        assert sam3.get_parameter("threshold") == 0.5
+        assert sam3.set_parameter("threshold", 0.4).successful
+        status = sam3.next_diagnostics(timeout_s=10.0, where=lambda d: d.get("state") == "configuring")
+        assert status["state"] == "configuring", status
+        assert sam3.state() == "configuring"
+        assert "configured in" not in log_path.read_text(), "the checks ran after the configure"
+        assert spin_until(sam3.probe, configure.done, 120.0), log_path.read_text()
+        assert configure.result().success
+        assert sam3.state() == "inactive"
