@@ -2,6 +2,11 @@
 
     ros2 launch tt_sam3_ros sam3.launch.py image:=/camera/image_raw prompts:="['car', 'person']"
 
+With depth (3D detections and a labelled point cloud):
+
+    ros2 launch tt_sam3_ros sam3.launch.py image:=/camera/color/image_raw depth:=true \
+        depth_image:=/camera/aligned_depth_to_color/image_raw camera_info:=/camera/color/camera_info
+
 Two cameras, one node (one engine; each camera has its own outputs, served in turn):
 
     ros2 launch tt_sam3_ros sam3.launch.py cameras:="['front', 'left']" prompts:=car \
@@ -27,8 +32,16 @@ Arguments (each optional):
                  value (none: one camera on ``image``). Each camera reads <camera>/image
                  (<camera>/image/compressed, <camera>/depth, <camera>/camera_info) and
                  publishes /sam3/<camera>/detections, /sam3/<camera>/masks, ...
-    <camera>_image  for each camera named in ``cameras``, its image topic (default
-                 <camera>/image); not declared, so ``ros2 launch --show-args`` omits it.
+    depth        true: subscribe to depth and camera_info and publish the 3D outputs;
+                 empty: the params file's value (false).
+    depth_image  depth topic (registered to the colour image) of the one camera; empty: depth.
+    camera_info  CameraInfo topic of the one camera's colour image; empty: camera_info.
+    <camera>_image, <camera>_depth, <camera>_camera_info
+                 for each camera named in ``cameras`` (on the command line or in the params
+                 file), its image, depth and camera_info topics (default <camera>/image,
+                 <camera>/depth, <camera>/camera_info). Not declared, so ``ros2 launch
+                 --show-args`` omits them; one naming a camera that is not in ``cameras``
+                 fails the launch with that camera's name.
     rviz         true: also start rviz2 with this package's config/sam3.rviz (the overlay,
                  the instance mask, and with depth the labelled points coloured by instance
                  and the Detection3DArray; needs the rviz2 and vision_msgs_rviz_plugins
@@ -42,17 +55,40 @@ params file sets ``autostart: false``; then drive it with ``ros2 lifecycle set``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import yaml
-from launch import LaunchContext, LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
-from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import LifecycleNode, Node
-from launch_ros.substitutions import FindPackageShare
+
+if TYPE_CHECKING:  # launch and launch_ros come with a ROS 2 install; the logic below needs neither
+    from launch import LaunchContext, LaunchDescription
+    from launch_ros.actions import LifecycleNode, Node
 
 PACKAGE = "tt_sam3_ros"
+NODE_NAME = "sam3"
 #: The RViz view installed to share/tt_sam3_ros/config (rviz:=true).
 RVIZ_CONFIG = "sam3.rviz"
+#: The arguments ``generate_launch_description`` declares (the per-camera ones are not declared).
+DECLARED = (
+    "image",
+    "prompts",
+    "engine",
+    "model_id",
+    "device",
+    "dtype",
+    "threshold",
+    "params_file",
+    "namespace",
+    "cameras",
+    "depth",
+    "depth_image",
+    "camera_info",
+    "rviz",
+    "rviz_fixed_frame",
+)
+#: Per-camera arguments: ``<camera>_<suffix>`` remaps the node's ``<camera>/<input>``.
+CAMERA_INPUTS = {"image": "image", "depth": "depth", "camera_info": "camera_info"}
 
 
 def prompt_list(text: str) -> list[str]:
@@ -79,16 +115,6 @@ def name_list(text: str, argument: str) -> list[str]:
     raise ValueError(f"{argument}:={text!r} is not a list of strings; write {argument}:=\"['a', 'b']\"")
 
 
-def camera_remappings(context: LaunchContext, cameras: list[str]) -> list[tuple[str, str]]:
-    """``<camera>/image`` (and its compressed twin) to the ``<camera>_image`` argument, where given."""
-    remappings = []
-    for camera in cameras:
-        topic = context.launch_configurations.get(f"{camera}_image", "").strip()
-        if topic:
-            remappings += [(f"{camera}/image", topic), (f"{camera}/image/compressed", f"{topic}/compressed")]
-    return remappings
-
-
 def threshold_value(text: str) -> float:
     """The threshold launch argument as a float (an integer such as 0 is fine).
 
@@ -101,40 +127,144 @@ def threshold_value(text: str) -> float:
         raise ValueError(f"threshold:={text!r} is not a number; write e.g. threshold:=0.4") from None
 
 
-def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
-    """The node, with only the launch arguments that were given overriding the params file."""
-    image = LaunchConfiguration("image").perform(context)
+def bool_value(text: str, argument: str) -> bool:
+    """A true/false launch argument (YAML's spellings: true, false, True, yes, no, ...).
+
+    Raises:
+        ValueError: anything else (a topic given to depth:=, say), naming the argument.
+    """
+    value = yaml.safe_load(text)
+    if isinstance(value, bool):
+        return value
+    hint = " (the depth topic is depth_image:=<topic>)" if argument == "depth" else ""
+    raise ValueError(f"{argument}:={text!r} is not true or false{hint}")
+
+
+def params_file_cameras(path: str) -> list[str]:
+    """The ``cameras`` a params file gives this node (``/**``, ``sam3`` or ``<ns>/sam3``); [] if none.
+
+    Raises:
+        ValueError: a file that is not a ROS 2 parameters file, or a cameras value that is
+            not a list of strings.
+    """
+    if not path:
+        return []
+    try:
+        content = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"params_file:={path!r} cannot be read: {error}") from None
+    cameras: object = []
+    for key, entry in (content or {}).items():
+        names_this_node = key in ("/**", NODE_NAME) or str(key).endswith(f"/{NODE_NAME}")
+        if names_this_node and isinstance(entry, dict):
+            cameras = (entry.get("ros__parameters") or {}).get("cameras", cameras)
+    if cameras is None:
+        return []
+    if not isinstance(cameras, list) or not all(isinstance(name, str) for name in cameras):
+        raise ValueError(f"cameras in {path} is not a list of strings: {cameras!r}")
+    return cameras
+
+
+def camera_names(arguments: Mapping[str, str]) -> tuple[list[str], str]:
+    """The cameras the node will serve, and where they came from (for error messages)."""
+    text = arguments.get("cameras", "").strip()
+    if text:
+        return name_list(text, "cameras"), "the cameras argument"
+    path = arguments.get("params_file", "")
+    return params_file_cameras(path), f"params_file {path}"
+
+
+def remappings(
+    arguments: Mapping[str, str], cameras: list[str], source: str = "cameras"
+) -> list[tuple[str, str]]:
+    """Every input remapping the arguments ask for: the one camera's and each named camera's.
+
+    Raises:
+        ValueError: a ``<camera>_image``, ``_depth`` or ``_camera_info`` argument whose camera is
+            not in ``cameras`` (it would be silently ignored); the message names the camera.
+    """
+    image = arguments.get("image", "image").strip() or "image"
+    # Both image names, so transport:=compressed follows the same argument.
+    pairs = [("image", image), ("image/compressed", f"{image}/compressed")]
+    for argument, topic in (("depth_image", "depth"), ("camera_info", "camera_info")):
+        target = arguments.get(argument, "").strip()
+        if target:
+            pairs.append((topic, target))
+    for camera in cameras:
+        for suffix, topic in CAMERA_INPUTS.items():
+            target = arguments.get(f"{camera}_{suffix}", "").strip()
+            if not target:
+                continue
+            pairs.append((f"{camera}/{topic}", target))
+            if suffix == "image":
+                pairs.append((f"{camera}/image/compressed", f"{target}/compressed"))
+    _refuse_unknown_cameras(arguments, cameras, source)
+    return pairs
+
+
+def _refuse_unknown_cameras(arguments: Mapping[str, str], cameras: list[str], source: str) -> None:
+    for name, value in arguments.items():
+        if name in DECLARED or not value.strip():
+            continue
+        for suffix in CAMERA_INPUTS:
+            camera = name.removesuffix(f"_{suffix}")
+            if camera != name and camera and camera not in cameras:
+                known = ", ".join(cameras) if cameras else "none"
+                raise ValueError(
+                    f"{name}:={value} is for camera '{camera}', which is not one of the node's cameras "
+                    f"({known}, from {source}); set cameras:=\"['{camera}', ...]\" or fix the name"
+                )
+
+
+def parameter_overrides(arguments: Mapping[str, str], cameras: list[str]) -> dict[str, object]:
+    """The node parameters the given (non-empty) arguments set over the params file."""
     overrides: dict[str, object] = {}
-    prompts = LaunchConfiguration("prompts").perform(context).strip()
+    prompts = arguments.get("prompts", "").strip()
     if prompts:
         overrides["prompts"] = prompt_list(prompts)
     for name in ("engine", "model_id", "device", "dtype"):
-        value = LaunchConfiguration(name).perform(context).strip()
+        value = arguments.get(name, "").strip()
         if value:
             overrides[name] = value
-    threshold = LaunchConfiguration("threshold").perform(context).strip()
+    threshold = arguments.get("threshold", "").strip()
     if threshold:
         overrides["threshold"] = threshold_value(threshold)
-    cameras_text = LaunchConfiguration("cameras").perform(context).strip()
-    cameras = name_list(cameras_text, "cameras") if cameras_text else []
-    if cameras:
+    depth = arguments.get("depth", "").strip()
+    if depth:
+        overrides["depth"] = bool_value(depth, "depth")
+    if arguments.get("cameras", "").strip():
         overrides["cameras"] = cameras
-    parameters: list[object] = [LaunchConfiguration("params_file")]
+    return overrides
+
+
+def node_configuration(arguments: Mapping[str, str]) -> tuple[dict[str, object], list[tuple[str, str]]]:
+    """Parameter overrides and remappings for the node, from the launch arguments (all strings).
+
+    Raises:
+        ValueError: an argument that cannot be used, naming it.
+    """
+    cameras, source = camera_names(arguments)
+    return parameter_overrides(arguments, cameras), remappings(arguments, cameras, source)
+
+
+def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
+    """The node, with only the launch arguments that were given overriding the params file."""
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import LifecycleNode
+
+    arguments = dict(context.launch_configurations)
+    overrides, remapped = node_configuration(arguments)
+    parameters: list[object] = [arguments["params_file"]]
     if overrides:
         parameters.append(overrides)
     return [
         LifecycleNode(
             package=PACKAGE,
             executable="sam3_node",
-            name="sam3",
+            name=NODE_NAME,
             namespace=LaunchConfiguration("namespace"),
             parameters=parameters,
-            # Both input names, so transport:=compressed follows the same argument.
-            remappings=[
-                ("image", image),
-                ("image/compressed", f"{image}/compressed"),
-                *camera_remappings(context, cameras),
-            ],
+            remappings=remapped,
             output="screen",
         )
     ]
@@ -142,6 +272,11 @@ def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
 
 def _rviz() -> Node:
     """rviz2 with the package's view of the outputs, started only with rviz:=true."""
+    from launch.conditions import IfCondition
+    from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+    from launch_ros.actions import Node
+    from launch_ros.substitutions import FindPackageShare
+
     config = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", RVIZ_CONFIG])
     return Node(
         package="rviz2",
@@ -154,6 +289,11 @@ def _rviz() -> Node:
 
 
 def generate_launch_description() -> LaunchDescription:
+    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.substitutions import PathJoinSubstitution
+    from launch_ros.substitutions import FindPackageShare
+
     default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "sam3.yaml"])
     return LaunchDescription(
         [
@@ -204,6 +344,21 @@ def generate_launch_description() -> LaunchDescription:
                 "rviz_fixed_frame",
                 default_value="camera_color_optical_frame",
                 description="RViz's fixed frame: the colour camera's optical frame (the images' frame_id).",
+            ),
+            DeclareLaunchArgument(
+                "depth",
+                default_value="",
+                description="true: 3D outputs from depth and camera_info; empty: from params_file (false).",
+            ),
+            DeclareLaunchArgument(
+                "depth_image",
+                default_value="",
+                description="Depth topic registered to the image; empty: depth.",
+            ),
+            DeclareLaunchArgument(
+                "camera_info",
+                default_value="",
+                description="CameraInfo topic of the colour image; empty: camera_info.",
             ),
             OpaqueFunction(function=_sam3_node),
             _rviz(),

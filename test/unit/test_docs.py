@@ -151,7 +151,8 @@ def test_launch_lines_use_declared_arguments() -> None:
             r"ros2 launch tt_sam3_ros sam3\.launch\.py[^\n]*", hand_written(page.read_text())
         ):
             for name in re.findall(r"\b(\w+):=", line):
-                assert name in declared or name.endswith("_image"), f"{page.name}: {name}:= in {line!r}"
+                per_camera = name.endswith(("_image", "_depth", "_camera_info"))
+                assert name in declared or per_camera, f"{page.name}: {name}:= in {line!r}"
 
 
 # -- topics ---------------------------------------------------------------------------------------
