@@ -3,9 +3,11 @@
 Synthetic sequences with ground truth: elliptic objects of three prompts move (with turns),
 cross and occlude each other (a depth order decides who is in front; a hidden part is not
 seen), enter and leave the frame, and in some sequences the camera pans with a speed that
-rises and falls. A simulated detector turns each frame into canned instances the way SAM 3
-reports them (modal boxes and masks of what is visible) with noise: missed detections, box
-and mask jitter, false positives of random prompts, scores just above the threshold.
+rises and falls. One scenario is a slow engine's: parked and slowly moving objects, processed
+frames 1-10 s apart (a CPU, or many cameras on one engine). A simulated detector turns each
+frame into canned instances the way SAM 3 reports them (modal boxes and masks of what is
+visible) with noise: missed detections, box and mask jitter, false positives of random
+prompts, scores just above the threshold.
 
 Every tracker gets the same detections:
 - ours: ``tt_sam3_ros.tracking.InstanceTracker`` (mask IoU on crops, prompt gate, motion);
@@ -60,6 +62,11 @@ class Scenario:
     objects: int
     pan_px_per_frame: float  # peak camera speed
     lanes: bool = False  # objects of one prompt walk in two opposite lanes (many crossings)
+    speed_px_s: tuple[float, float] = (30.0, 250.0)  # range of the objects' speeds
+    wobble_px: float = 40.0  # largest amplitude of an object's turns
+    #: Processed frames this far apart (seconds, uniform), as a slow engine takes them; None:
+    #: every frame of a 15 fps camera.
+    gap_s: tuple[float, float] | None = None
 
 
 SCENARIOS = (
@@ -67,6 +74,16 @@ SCENARIOS = (
     Scenario("two crossing lanes", 12, 0.0, lanes=True),
     Scenario("street, camera panning (peak 25 px/frame)", 14, 25.0),
     Scenario("street, fast pan (peak 50 px/frame)", 14, 50.0),
+    # A slow engine (a CPU, or many cameras on one engine): a scene of parked and slowly moving
+    # objects, processed once every 1-10 s.
+    Scenario(
+        "slow engine: frames 1-10 s apart, objects at 0-15 px/s",
+        14,
+        0.0,
+        speed_px_s=(0.0, 15.0),
+        wobble_px=5.0,
+        gap_s=(1.0, 10.0),
+    ),
 )
 
 
@@ -118,7 +135,18 @@ def ellipse_crop(centre: np.ndarray, semi_axes: tuple[float, float], size: tuple
     return crop, (y1, x1), full_area
 
 
-def make_bodies(scenario: Scenario, frames: int, size: tuple[int, int], rng: np.random.Generator):
+def frame_times(scenario: Scenario, frames: int, seed: int) -> np.ndarray:
+    """Each processed frame's stamp (s): 15 fps, or a slow engine's random gaps (own generator, so
+    the other draws of a sequence do not depend on it)."""
+    if scenario.gap_s is None:
+        return np.arange(frames) / FPS
+    gaps = np.random.default_rng(seed + 7_000_000).uniform(*scenario.gap_s, frames - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def make_bodies(
+    scenario: Scenario, frames: int, size: tuple[int, int], rng: np.random.Generator, times: np.ndarray
+):
     height, width = size
     bodies = []
     for gid in range(1, scenario.objects + 1):
@@ -134,11 +162,15 @@ def make_bodies(scenario: Scenario, frames: int, size: tuple[int, int], rng: np.
             velocity = np.array([direction * rng.uniform(80, 220), rng.uniform(-10, 10)])
         else:
             start = np.array([rng.uniform(0, width), rng.uniform(0, height)])
-            speed, angle = rng.uniform(30, 250), rng.uniform(0, 2 * math.pi)
+            speed, angle = rng.uniform(*scenario.speed_px_s), rng.uniform(0, 2 * math.pi)
             velocity = speed * np.array([math.cos(angle), math.sin(angle)])
-        wobble = (float(rng.uniform(0, 40)), float(rng.uniform(0.5, 2.0)), float(rng.uniform(0, 6.3)))
+        wobble = (
+            float(rng.uniform(0, scenario.wobble_px)),
+            float(rng.uniform(0.5, 2.0)),
+            float(rng.uniform(0, 6.3)),
+        )
         last = min(frames - 1, first + int(rng.integers(frames // 3, frames)))
-        start = start - velocity * first / FPS  # so the object is at ``start`` when it appears
+        start = start - velocity * times[first]  # so the object is at ``start`` when it appears
         bodies.append(Body(gid, prompt, semi, float(rng.uniform()), start, velocity, wobble, first, last))
     return bodies
 
@@ -205,10 +237,11 @@ def make_sequence(
 ) -> list[Frame]:
     """Ground truth and noisy detections, frame by frame."""
     rng = np.random.default_rng(seed)
-    bodies = make_bodies(scenario, frames, size, rng)
+    times = frame_times(scenario, frames, seed)
+    bodies = make_bodies(scenario, frames, size, rng, times)
     sequence = []
     for index in range(frames):
-        t = index / FPS
+        t = float(times[index])
         offset = camera_offset(scenario, t, frames / FPS)
         drawn = []  # (depth, body, crop, origin, full area), nearest first
         for body in bodies:
@@ -482,7 +515,8 @@ def quality_table(settings: dict, miss_rate: float, fp_rate: float) -> None:
     frames = sum(len(s) for s in sequences)
     report.title(f"tracking: identity, {miss_rate:.0%} missed detections, {fp_rate:.0%} false positives")
     print(
-        f"{len(sequences)} sequences ({seeds} seeds per scenario), {frames} frames at {FPS:.0f} fps, "
+        f"{len(sequences)} sequences ({seeds} seeds per scenario), {frames} frames at {FPS:.0f} fps "
+        "(the slow engine's: 1-10 s apart), "
         f"{size[1]}x{size[0]}, {int(overall['num_objects'])} visible object-frames, "
         f"{reentries(sequences)} re-entries after more than {MAX_AGE_S} s out of sight\n"
         f"detector noise: {miss_rate:.0%} missed, box jitter 3 % of the side, mask border +-2 px and "
