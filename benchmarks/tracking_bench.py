@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 
 from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.tracking import InstanceTracker
+from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_FRAMES, InstanceTracker
 
 from . import report
 
@@ -474,14 +474,18 @@ def scores(run: Run, chosen: list[int]) -> dict:
 
 
 def reentries(sequences: list[list[Frame]]) -> int:
-    """Objects seen again after more than the max age out of sight (only re-identification keeps these)."""
+    """Objects seen again after being out of sight longer than a track lives: more than the max age
+    and in at least DEFAULT_MAX_AGE_FRAMES frames (only re-identification keeps these)."""
     count = 0
     for sequence in sequences:
-        last: dict[int, float] = {}
-        for frame in sequence:
+        last: dict[int, tuple[int, float]] = {}  # gid -> (frame index, stamp) when last in view
+        for index, frame in enumerate(sequence):
             for gid in frame.truth:
-                count += gid in last and frame.stamp_s - last[gid] > MAX_AGE_S
-                last[gid] = frame.stamp_s
+                if gid in last:
+                    seen_index, seen_s = last[gid]
+                    missed = index - seen_index - 1
+                    count += missed >= DEFAULT_MAX_AGE_FRAMES and frame.stamp_s - seen_s > MAX_AGE_S
+                last[gid] = (index, frame.stamp_s)
     return count
 
 
@@ -518,7 +522,8 @@ def quality_table(settings: dict, miss_rate: float, fp_rate: float) -> None:
         f"{len(sequences)} sequences ({seeds} seeds per scenario), {frames} frames at {FPS:.0f} fps "
         "(the slow engine's: 1-10 s apart), "
         f"{size[1]}x{size[0]}, {int(overall['num_objects'])} visible object-frames, "
-        f"{reentries(sequences)} re-entries after more than {MAX_AGE_S} s out of sight\n"
+        f"{reentries(sequences)} re-entries after more than {MAX_AGE_S} s and {DEFAULT_MAX_AGE_FRAMES} "
+        "frames out of sight\n"
         f"detector noise: {miss_rate:.0%} missed, box jitter 3 % of the side, mask border +-2 px and "
         f"shift +-1 px, {fp_rate:.0%} false positives, scores in [{THRESHOLD}, {THRESHOLD + 0.3}]\n"
         f"max age {MAX_AGE_S} s, min IoU {MIN_IOU} (ours, greedy); ByteTrack: buffer {int(MAX_AGE_S * FPS)} "
