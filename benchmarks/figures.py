@@ -162,6 +162,7 @@ REGIONS: dict[str, Callable[[], str]] = {
     "cameras": partial(table, "stream", "stream: 1 and 3 cameras"),
     "cameras-summary": partial(table, "stream", "stream: 1 and 3 cameras", occurrence=1),
     "tracking-identity": partial(table, "tracking", "tracking: identity"),
+    "tracking-scenarios": partial(table, "tracking", "tracking: identity", occurrence=1),
     "tracking-cost": partial(table, "tracking", "tracking: cost per frame"),
     "fidelity-vit": partial(table, "fidelity", "ViT attention settings"),
     "blackhole-host": partial(table, "blackhole", "ttnn engine: host work per frame"),
