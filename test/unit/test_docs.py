@@ -280,6 +280,24 @@ def test_nothing_cites_a_file_outside_the_repository() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+#: Words that make a page read as a log of its own development (outside generated tables).
+DIARY = re.compile(
+    r"load average|\bissues? #?\d+(?!\d)|the run before|an earlier run|this machine|\btoday\b|\bhere\b",
+    flags=re.IGNORECASE,
+)
+#: Upstream tt-metal issues are sources, not this project's history.
+SOURCES = re.compile(r"tt-metal[^.]*issues? \d+|p100a issues \d+")
+
+
+def test_no_page_reads_as_a_development_diary() -> None:
+    diary = []
+    for page in pages():
+        for number, line in enumerate(hand_written(page.read_text()).splitlines(), start=1):
+            if DIARY.search(SOURCES.sub("", line)):
+                diary.append(f"{page.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not diary, "\n".join(diary)
+
+
 def test_readme_stays_short() -> None:
     assert len(README.read_bytes()) <= 15 * 1024
 
