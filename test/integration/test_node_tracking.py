@@ -119,3 +119,22 @@ def test_the_tracking_status_reports_the_processed_interval(sam3: Sam3Client) ->
     assert interval > 0.0 and status["track_max_age_s"] == "1" and status["max_age_frames"] == "3"
     assert int(status["tracks_alive"]) >= 1
     assert status["_level"] == (1 if interval > 1.0 else 0), status
+
+
+def _send_stamped(sam3: Sam3Client, picture: np.ndarray, stamp_ns: int) -> list[str]:
+    msg = make_image(picture)
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+    sam3.send(msg)
+    return _ids(sam3.answer(stamp_ns)[0])
+
+
+def test_a_static_scene_stamped_1_5_s_apart_keeps_its_ids_at_the_defaults(sam3: Sam3Client) -> None:
+    """A slow engine's frames: further apart than track_max_age_s (1 s), the ids stay."""
+    import time
+
+    picture = scene(seed=9)
+    start = time.time_ns() + 100_000_000_000  # ahead of every earlier frame of the module
+    answers = [_send_stamped(sam3, picture, start + k * 1_500_000_000) for k in range(4)]
+    assert answers[0] and all(ids == answers[0] for ids in answers), answers
+    # Stamp jitter: a frame 5 ms earlier than the newest keeps the tracks too.
+    assert _send_stamped(sam3, picture, start + 3 * 1_500_000_000 - 5_000_000) == answers[0]
