@@ -82,6 +82,7 @@ from tt_sam3_ros.node_parameters import (
     coerced,
     invalid_values,
     settings_from,
+    ttnn_options,
     wrong_type,
 )
 from tt_sam3_ros.pipeline import (
@@ -128,8 +129,18 @@ class _Camera:
     overlay_pub: LifecyclePublisher | None = None
     detections_3d_pub: LifecyclePublisher | None = None
     points_pub: LifecyclePublisher | None = None
+    label_info_pub: LifecyclePublisher | None = None
 
-    PUBLISHERS = ("detections_pub", "mask_pub", "overlay_pub", "detections_3d_pub", "points_pub")
+    PUBLISHERS = (
+        "detections_pub",
+        "mask_pub",
+        "overlay_pub",
+        "detections_3d_pub",
+        "points_pub",
+        "label_info_pub",
+    )
+    #: Created at activate, only while the depth parameter is on.
+    PUBLISHERS_3D = ("detections_3d_pub", "points_pub")
 
     @property
     def name(self) -> str:
@@ -173,15 +184,16 @@ class _FrameOutputs:
                 camera.overlay_pub.publish(messages.rgb_to_image(output.overlay, header))
 
     def publish_3d(self, answer: Answer3D) -> None:
-        camera, header = self._camera, self._header
-        if camera.detections_3d_pub is None or camera.points_pub is None or self._detections is None:
+        # Read once: an activate with depth off removes them from the camera meanwhile.
+        detections_3d_pub, points_pub = self._camera.detections_3d_pub, self._camera.points_pub
+        if detections_3d_pub is None or points_pub is None or self._detections is None:
             return
         with self._node.publishing():
-            camera.detections_3d_pub.publish(
-                messages_3d.detections_3d(self._detections, answer.geometries, header)
+            detections_3d_pub.publish(
+                messages_3d.detections_3d(self._detections, answer.geometries, self._header)
             )
             if answer.points is not None:
-                camera.points_pub.publish(messages_3d.cloud_to_message(answer.points, header))
+                points_pub.publish(messages_3d.cloud_to_message(answer.points, self._header))
 
 
 def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[..., TransitionCallbackReturn]:
@@ -410,7 +422,8 @@ class Sam3Node(LifecycleNode):
 
     @_transition
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Enable the publishers, latch LabelInfo, subscribe to the image topic."""
+        """Enable the publishers (the 3D ones exist only with depth on), latch LabelInfo, subscribe."""
+        self._create_3d_publishers(bool(self.get_parameter("depth").value))
         result = super().on_activate(state)
         if result != TransitionCallbackReturn.SUCCESS:
             return result
@@ -528,12 +541,7 @@ class Sam3Node(LifecycleNode):
             max_image_side=request["max_image_side"],
             max_prompts=request["max_prompts"],
             max_instances=request["max_instances"],
-            ttnn_options={
-                "weight_cache": request["ttnn_weight_cache"] or None,
-                "weight_dtype": request["ttnn_weight_dtype"],
-                "param_dtype": request["ttnn_param_dtype"],
-                "prompt_path": request["ttnn_prompt_path"],
-            },
+            ttnn_options=ttnn_options(request),
         )
 
     def _report_configure_failure(self, error: BaseException) -> None:
@@ -565,9 +573,29 @@ class Sam3Node(LifecycleNode):
             camera.detections_pub = self._output(camera, Detection2DArray, "detections")
             camera.mask_pub = self._output(camera, Image, "masks")
             camera.overlay_pub = self._output(camera, Image, "overlay")
-            camera.detections_3d_pub = self._output(camera, Detection3DArray, "detections_3d")
-            camera.points_pub = self._output(camera, PointCloud2, "points")
+            if camera.name:  # a named camera; the unnamed one's is ~/label_info itself
+                # vision_msgs: LabelInfo at the image's namespace level, beside this camera's masks.
+                camera.label_info_pub = self.create_lifecycle_publisher(
+                    LabelInfo, f"~/{camera.topic('label_info')}", LABEL_INFO_QOS
+                )
         self._label_info_pub = self.create_lifecycle_publisher(LabelInfo, "~/label_info", LABEL_INFO_QOS)
+
+    def _create_3d_publishers(self, depth: bool) -> None:
+        """~/detections_3d and ~/points for each camera with depth on; none (destroyed) with it off.
+
+        Called at activate, where the depth parameter is read: a node without depth advertises
+        no 3D topic a consumer could wait on.
+        """
+        for camera in self._cameras.values():
+            if depth and camera.detections_3d_pub is None:
+                camera.detections_3d_pub = self._output(camera, Detection3DArray, "detections_3d")
+                camera.points_pub = self._output(camera, PointCloud2, "points")
+            elif not depth:
+                for name in camera.PUBLISHERS_3D:
+                    publisher = getattr(camera, name)
+                    if publisher is not None:
+                        setattr(camera, name, None)  # first, so a frame in flight sees it gone
+                        self.destroy_lifecycle_publisher(publisher)
 
     def _output(self, camera: _Camera, msg_type: Any, name: str) -> LifecyclePublisher:
         return self.create_lifecycle_publisher(msg_type, f"~/{camera.topic(name)}", OUTPUT_QOS)
@@ -634,15 +662,18 @@ class Sam3Node(LifecycleNode):
         camera.state.depth_pairing.set_camera_info(messages_3d.camera_info_data(msg))
 
     def _publish_label_info(self) -> None:
+        """The same LabelInfo on ~/label_info and beside each named camera's masks."""
         if self._label_info_pub is None:
             return
         header = Header()
         header.stamp = self.get_clock().now().to_msg()
-        self._label_info_pub.publish(
-            messages.label_info(
-                self._settings.prompts, self._settings.threshold, header, dict(self._settings.class_ids)
-            )
+        label_info = messages.label_info(
+            self._settings.prompts, self._settings.threshold, header, dict(self._settings.class_ids)
         )
+        self._label_info_pub.publish(label_info)
+        for camera in self._cameras.values():
+            if camera.label_info_pub is not None:
+                camera.label_info_pub.publish(label_info)
 
     # ----------------------------------------------------------------- worker side
 

@@ -17,7 +17,7 @@ from rclpy.qos import ReliabilityPolicy
 
 from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
-from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
+from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_OPTIONS, TTNN_PROMPT_PATHS
 from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.pipeline import RunSettings
 from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
@@ -243,7 +243,8 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         False,
         _describe(
             "Subscribe to 'depth' (16UC1 mm or 32FC1 m, registered to the colour image) and "
-            "'camera_info' and publish ~/detections_3d and ~/points. Read at activate."
+            "'camera_info' and publish ~/detections_3d and ~/points (false: those topics do not exist). "
+            "Read at activate."
         ),
     ),
     "depth_max_skew_s": (
@@ -287,7 +288,8 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         Parameter.Type.STRING_ARRAY,
         _describe(
             "Camera names, e.g. ['front', 'left']: the node reads <camera>/image (and <camera>/depth, "
-            "<camera>/camera_info) and publishes ~/<camera>/detections, ~/<camera>/masks, ... per camera, "
+            "<camera>/camera_info) and publishes ~/<camera>/detections, ~/<camera>/masks, ... and "
+            "~/<camera>/label_info per camera, "
             "serving them in turn. Unset or empty: one camera on 'image'. Read at configure.",
             additional_constraints=f"at most {MAX_CAMERAS} distinct names, letters, digits and '_', "
             "starting with a letter",
@@ -482,6 +484,21 @@ def _depth_limits(values: dict[str, Any]) -> DepthLimits:
         max_m=float(values["depth_max_m"]),
         min_points=int(values["depth_min_points"]),
     )
+
+
+def ttnn_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The ttnn engine's options for create_engine: a ttnn_* parameter's value, or None at its
+    default (the engine's own default then applies: the same value).
+
+    Passing only what the user changed keeps create_engine's "ttnn engine options ignored"
+    warning for a user who set one while the torch engine runs.
+    """
+    options = {}
+    for option in TTNN_OPTIONS:
+        name = f"ttnn_{option}"
+        value = values[name]
+        options[option] = None if value in ("", PARAMETERS[name][0]) else value
+    return options
 
 
 def settings_from(values: dict[str, Any]) -> RunSettings:

@@ -329,6 +329,24 @@ def test_logs_name_the_meaningless_model_loudly(sam3: Sam3Client) -> None:
     assert "RANDOM weights" in text and "MEANINGLESS" in text
 
 
+def test_no_warning_about_ttnn_options_nobody_set(sam3: Sam3Client) -> None:
+    """The torch engine runs with every ttnn_* parameter at its default: nothing to warn about."""
+    text = Path(sam3.log_path).read_text()
+    assert "engine torch chosen" in text and "are ignored" not in text
+
+
+def test_with_depth_off_only_the_2d_outputs_are_advertised(sam3: Sam3Client) -> None:
+    """~/detections_3d and ~/points exist only with depth on (test_node_depth.py has them)."""
+    outputs = {"/sam3/detections", "/sam3/masks", "/sam3/overlay", "/sam3/label_info"}
+
+    def published() -> set[str]:
+        return {topic for topic, _ in sam3.probe.get_publisher_names_and_types_by_node("sam3", "/")}
+
+    spin_until(sam3.probe, lambda: outputs <= published(), timeout_s=10.0)
+    assert outputs <= published()
+    assert {"/sam3/detections_3d", "/sam3/points"} & published() == set()
+
+
 def test_sigint_exits_0_after_releasing_the_engine(sam3: Sam3Client) -> None:
     exit_code = stop_node(sam3.process, signal.SIGINT)
     log = Path(sam3.log_path).read_text()

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers.sam3_client import ANSWER_TIMEOUT_S, log_tail, make_image, running_node, scene, stamp_ns
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from ros_harness import HELPERS, spin_until, start_process, stop_process
 from sensor_msgs.msg import Image
-from vision_msgs.msg import Detection2DArray, Detection3DArray
+from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
 CAMERAS = ("front", "left")
 TRACK_MAX_AGE_S = 1.0  # the default
@@ -205,3 +205,24 @@ def test_depth_pairs_within_its_own_camera(cameras: Cameras) -> None:
     assert statuses["sam3: camera left: depth"]["frames_3d"] == "0"
     assert statuses["sam3: camera left: depth"]["depth_received"] == "0"
     assert not cameras.detections_3d["left"]
+
+
+def test_each_camera_has_its_label_info_beside_its_masks(cameras: Cameras) -> None:
+    """vision_msgs: LabelInfo at the image's namespace level, so ~/<camera>/label_info beside
+    ~/<camera>/masks; ~/label_info stays for consumers of every camera. All latched."""
+    latched = QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+    )
+    received: dict[str, list[LabelInfo]] = {}
+    for topic in ("/sam3/label_info", *(f"/sam3/{name}/label_info" for name in CAMERAS)):
+        received[topic] = []
+        cameras.probe.create_subscription(LabelInfo, topic, received[topic].append, latched)
+    assert spin_until(cameras.probe, lambda: all(received.values()), 10.0), {
+        t: len(m) for t, m in received.items()
+    }
+    maps = {
+        topic: [(e.class_id, e.class_name) for e in messages[-1].class_map]
+        for topic, messages in received.items()
+    }
+    assert [name for _, name in maps["/sam3/label_info"]] == ["car"]
+    assert all(class_map == maps["/sam3/label_info"] for class_map in maps.values()), maps

@@ -247,3 +247,38 @@ def test_every_descriptor_range_holds_at_startup(name: str, value: object) -> No
         assert name in str(refused.value)
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def test_ttnn_options_at_their_defaults_are_not_passed_so_torch_does_not_warn() -> None:
+    """Only the ttnn_* parameters the user moved from their default reach create_engine (which
+    warns that the torch engine ignores them); at the default the ttnn engine's own applies."""
+    from tt_sam3_ros.node_parameters import ttnn_options
+
+    defaults = _defaults()
+    assert ttnn_options(defaults) == {
+        "weight_cache": None,
+        "weight_dtype": None,
+        "param_dtype": None,
+        "prompt_path": None,
+    }
+    changed = {**defaults, "ttnn_weight_dtype": "bfloat16", "ttnn_weight_cache": "/var/cache/sam3"}
+    assert ttnn_options(changed) == {
+        "weight_cache": "/var/cache/sam3",
+        "weight_dtype": "bfloat16",
+        "param_dtype": None,
+        "prompt_path": None,
+    }
+
+
+def test_ttnn_parameter_defaults_are_the_ttnn_engines_own() -> None:
+    """A default left out of ttnn_options must mean the same thing to the engine."""
+    import inspect
+
+    from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
+
+    engine_defaults = {
+        name: parameter.default for name, parameter in inspect.signature(TtnnEngine).parameters.items()
+    }
+    for option in ("weight_dtype", "param_dtype", "prompt_path"):
+        assert PARAMETERS[f"ttnn_{option}"][0] == engine_defaults[option], option
+    assert PARAMETERS["ttnn_weight_cache"][0] == "" and engine_defaults["weight_cache"] is None
