@@ -178,7 +178,7 @@ def _help_of(main: Callable[[list[str]], Any], argv: list[str]) -> str:
 def api_signatures() -> str:
     """The public Python API's signatures, from the code."""
     from tt_sam3_ros.segmenter import Sam3Segmenter
-    from tt_sam3_ros.tracking import Sam3Tracker
+    from tt_sam3_ros.tracking import Sam3Tracker, TrackIdSpace
 
     entries = [
         ("Sam3Segmenter.from_pretrained", Sam3Segmenter.from_pretrained),
@@ -186,6 +186,8 @@ def api_signatures() -> str:
         ("Sam3Segmenter.segment_stream", Sam3Segmenter.segment_stream),
         ("Sam3Tracker", Sam3Tracker.__init__),
         ("Sam3Tracker.__call__", Sam3Tracker.__call__),
+        ("TrackIdSpace", TrackIdSpace.__init__),
+        ("TrackIdSpace.take", TrackIdSpace.take),
     ]
     lines = ["```text"]
     for name, function in entries:

@@ -493,23 +493,6 @@ def _geometry(
     )
 
 
-def percentiles(values: np.ndarray, q: Sequence[float]) -> list[np.ndarray]:
-    """Per row of ``values`` (rows, n >= 1), the ``q`` percentiles: numpy's 'linear' method.
-
-    The same numbers as ``np.percentile(values, q, axis=1)``, from one sort: numpy's SIMD sort
-    of a few thousand float32 is several times faster than percentile's partitions here.
-    """
-    ordered = np.sort(values, axis=1)
-    last = ordered.shape[1] - 1
-    positions = [percent / 100.0 * last for percent in q]
-    below = [math.floor(position) for position in positions]
-    above = [min(index + 1, last) for index in below]
-    fraction = np.array([p - b for p, b in zip(positions, below, strict=True)], dtype=values.dtype)
-    picked = ordered[:, below + above]  # one gather: the rank below and above each position
-    low, high = picked[:, : len(q)], picked[:, len(q) :]
-    return list((low + (high - low) * fraction).T)
-
-
 def labelled_points(
     labels: np.ndarray, depth: DepthImage, camera: Camera, limits: DepthLimits, stride: int
 ) -> np.ndarray:
