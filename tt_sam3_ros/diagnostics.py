@@ -135,7 +135,7 @@ def tracking_status(name: str, view: AgeingView) -> DiagnosticStatus:
     values = {
         "processed_interval_s": "" if interval is None else f"{interval:.3f}",
         "track_max_age_s": f"{view.max_age_s:g}",
-        "max_age_frames": str(view.max_age_frames),
+        "track_max_age_frames": str(view.max_age_frames),
         "tracks_alive": str(view.tracks_alive),
     }
     if view.warning:

@@ -25,7 +25,12 @@ from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, check_max_prompts
 from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
-from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, check_tracking_settings
+from tt_sam3_ros.tracking import (
+    DEFAULT_MAX_AGE_FRAMES,
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MIN_IOU,
+    check_tracking_settings,
+)
 from tt_sam3_ros.weights.release import DEFAULT_MODEL_ID
 
 TRANSPORTS = ("raw", "compressed")
@@ -52,10 +57,12 @@ DYNAMIC = (
     "points_stride",
     "tracking",
     "track_max_age_s",
+    "track_max_age_frames",
     "track_min_iou",
 )
 #: The ranges the descriptors state (the tracker's own check refuses 0 and below for both).
 TRACK_MAX_AGE_RANGE = (0.01, 3600.0)
+TRACK_MAX_AGE_FRAMES_RANGE = (1, 1000)
 TRACK_MIN_IOU_RANGE = (0.01, 1.0)
 READ_AT_CONFIGURE = (
     "engine",
@@ -130,12 +137,22 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     "track_max_age_s": (
         DEFAULT_MAX_AGE_S,
         _describe(
-            "Seconds (image stamps) a track survives without a matching detection; its id is never reused.",
+            "Seconds (image stamps) a track survives without a matching detection, at least; it ends once "
+            "it has also gone unmatched in track_max_age_frames frames of its camera. Ids are never reused.",
             floating_point_range=[
                 FloatingPointRange(
                     from_value=TRACK_MAX_AGE_RANGE[0], to_value=TRACK_MAX_AGE_RANGE[1], step=0.0
                 )
             ],
+        ),
+    ),
+    "track_max_age_frames": (
+        DEFAULT_MAX_AGE_FRAMES,
+        _describe(
+            "Processed frames of its camera a track survives without a matching detection, at least; it "
+            "ends once it has also gone unmatched for track_max_age_s. Keeps ids on slow engines, whose "
+            "frames come further apart than track_max_age_s.",
+            integer_range=_int_range(*TRACK_MAX_AGE_FRAMES_RANGE),
         ),
     ),
     "track_min_iou": (
@@ -435,7 +452,9 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
     if not low <= values["threshold"] <= high:
         return f"threshold must be in [{low:g}, {high:g}], got {values['threshold']}"
     try:
-        check_tracking_settings(values["track_max_age_s"], values["track_min_iou"])
+        check_tracking_settings(
+            values["track_max_age_s"], values["track_min_iou"], values["track_max_age_frames"]
+        )
     except InputError as error:
         return str(error)
     for name, choices in (
@@ -516,5 +535,6 @@ def settings_from(values: dict[str, Any]) -> RunSettings:
         ),
         tracking=bool(values["tracking"]),
         track_max_age_s=float(values["track_max_age_s"]),
+        track_max_age_frames=int(values["track_max_age_frames"]),
         track_min_iou=float(values["track_min_iou"]),
     )

@@ -35,7 +35,13 @@ from tt_sam3_ros.engines.base import EngineError
 from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.results import SegmentationResult
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
-from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU, InstanceTracker, TrackIdSpace
+from tt_sam3_ros.tracking import (
+    DEFAULT_MAX_AGE_FRAMES,
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MIN_IOU,
+    InstanceTracker,
+    TrackIdSpace,
+)
 from tt_sam3_ros.weights.errors import WeightsError
 from tt_sam3_ros.worker import SINGLE_CAMERA, CameraStats, FrameStats
 
@@ -62,6 +68,7 @@ class RunSettings:
     depth: DepthSettings = field(default_factory=DepthSettings)
     tracking: bool = True
     track_max_age_s: float = DEFAULT_MAX_AGE_S
+    track_max_age_frames: int = DEFAULT_MAX_AGE_FRAMES
     track_min_iou: float = DEFAULT_MIN_IOU
     #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
     #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
@@ -285,7 +292,7 @@ class FramePipeline:
         if not settings.tracking:
             tracker.reset()
             return result
-        tracker.configure(settings.track_max_age_s, settings.track_min_iou)
+        tracker.configure(settings.track_max_age_s, settings.track_min_iou, settings.track_max_age_frames)
         if frame.stamp_ns:
             seconds, nanoseconds = divmod(frame.stamp_ns, 1_000_000_000)
             stamp_s = seconds + nanoseconds * 1e-9

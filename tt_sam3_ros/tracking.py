@@ -107,7 +107,7 @@ def check_tracking_settings(
     if not (math.isfinite(min_iou) and 0.0 < min_iou <= 1.0):
         raise InputError(f"track_min_iou must be in (0, 1], got {min_iou}")
     if isinstance(max_age_frames, bool) or int(max_age_frames) != max_age_frames or max_age_frames < 1:
-        raise InputError(f"max_age_frames must be a whole number of frames >= 1, got {max_age_frames}")
+        raise InputError(f"track_max_age_frames must be a whole number of frames >= 1, got {max_age_frames}")
 
 
 class TrackIdSpace:
@@ -264,7 +264,7 @@ class InstanceTracker:
             return ""
         return (
             f"processed frames are {interval:.1f} s apart, more than track_max_age_s {self.max_age_s:g}: "
-            f"a lost object keeps its id for {self.max_age_frames} missed frames "
+            f"a lost object keeps its id for {self.max_age_frames} missed frames (track_max_age_frames) "
             f"(~{self.max_age_frames * interval:.0f} s), and one that moves more than its size between "
             "frames gets a new id"
         )

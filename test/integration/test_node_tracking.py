@@ -93,7 +93,9 @@ def test_a_removed_prompt_loses_its_tracks_and_the_others_keep_theirs(sam3: Sam3
 def test_track_settings_out_of_range_are_refused_with_the_old_value_kept(sam3: Sam3Client) -> None:
     assert not sam3.set_parameter("track_min_iou", 0.0).successful
     assert not sam3.set_parameter("track_max_age_s", -1.0).successful
+    assert not sam3.set_parameter("track_max_age_frames", 0).successful
     assert sam3.get_parameter("track_min_iou") == pytest.approx(0.3)
+    assert sam3.get_parameter("track_max_age_frames") == 3
     assert sam3.set_parameter("track_min_iou", 0.5).successful
 
 
@@ -116,7 +118,7 @@ def test_the_tracking_status_reports_the_processed_interval(sam3: Sam3Client) ->
         sam3.ask(make_image(picture))
     status = sam3.next_diagnostics(timeout_s=10.0, where=lambda d: d.get("processed_interval_s"))
     interval = float(status["processed_interval_s"])
-    assert interval > 0.0 and status["track_max_age_s"] == "1" and status["max_age_frames"] == "3"
+    assert interval > 0.0 and status["track_max_age_s"] == "1" and status["track_max_age_frames"] == "3"
     assert int(status["tracks_alive"]) >= 1
     assert status["_level"] == (1 if interval > 1.0 else 0), status
 

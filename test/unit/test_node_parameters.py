@@ -77,6 +77,8 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"tracking": False, "track_max_age_s": 5.0, "track_min_iou": 1.0}, ""),
         ({"track_max_age_s": 0.0}, "track_max_age_s must be a finite number of seconds above 0"),
         ({"track_min_iou": 0.0}, "track_min_iou must be in (0, 1]"),
+        ({"track_max_age_frames": 10}, ""),
+        ({"track_max_age_frames": 0}, "track_max_age_frames must be a whole number of frames >= 1, got 0"),
     ],
 )
 def test_parameter_combinations_are_checked_together(changes: dict[str, object], reason: str) -> None:

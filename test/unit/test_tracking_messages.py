@@ -43,8 +43,12 @@ def test_the_node_settings_carry_the_tracking_parameters() -> None:
     values = {name: (None if name == "prompts" else default) for name, (default, _) in PARAMETERS.items()}
     defaults = settings_from(values)
     assert (defaults.tracking, defaults.track_max_age_s, defaults.track_min_iou) == (True, 1.0, 0.3)
-    changed = settings_from({**values, "tracking": False, "track_max_age_s": 2.5, "track_min_iou": 0.6})
+    assert defaults.track_max_age_frames == 3
+    changed = settings_from(
+        {**values, "tracking": False, "track_max_age_s": 2.5, "track_min_iou": 0.6, "track_max_age_frames": 7}
+    )
     assert (changed.tracking, changed.track_max_age_s, changed.track_min_iou) == (False, 2.5, 0.6)
+    assert changed.track_max_age_frames == 7
 
 
 def test_class_id_is_the_labelinfo_key_of_the_prompt() -> None:
@@ -102,6 +106,6 @@ def test_the_tracking_status_warns_when_frames_are_further_apart_than_the_max_ag
     assert values == {
         "processed_interval_s": "2.500",
         "track_max_age_s": "1",
-        "max_age_frames": "3",
+        "track_max_age_frames": "3",
         "tracks_alive": "1",
     }
