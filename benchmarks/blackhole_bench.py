@@ -21,7 +21,7 @@ Tables from one forward of the engine's image path, run by tools/ttnn_mock/image
 - the prompt trace beside it (benchmarks/prompt_trace.py: the sequence the engine's chip prompt
   path replays per prompt batch, and its mask read after the replay, logged by the strict
   emulator on shape-only tensors for 1, 4 and 16 prompts), per stage and per trace, and the
-  predicted device time per frame for 1, 4 and 16 prompts against issue 12's goals;
+  predicted device time per frame for 1, 4 and 16 prompts against the goals;
 - (full size) the fused attention at each (q, k) chunk pair that divides SAM 3's sequences:
   whether the real library accepts it (tools/ttnn_mock/sdpa_chunks.py), its circular buffers per
   core, its modelled time over the blocks of each kind, and its q-chunk tasks per core (what the
@@ -403,7 +403,7 @@ def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> dict[int, 
     frame_ms = (image + one) * 1e3
     goals = trace_cost
     print(
-        f"goals (issue 12): image trace <= {goals.GOAL_MS:.0f} ms (predicted {image * 1e3:.1f}, "
+        f"goals: image trace <= {goals.GOAL_MS:.0f} ms (predicted {image * 1e3:.1f}, "
         f"{image * 1e3 / goals.GOAL_MS:.2f}x); <= {goals.EXTRA_PROMPT_GOAL_MS:.0f} ms per extra prompt "
         f"(predicted up to {extra_ms:.1f}, {extra_ms / goals.EXTRA_PROMPT_GOAL_MS:.1f}x); "
         f"<= {goals.FRAME_TO_MASK_GOAL_MS:.0f} ms frame to mask (device alone, 1 prompt: "

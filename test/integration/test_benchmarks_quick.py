@@ -100,7 +100,7 @@ def test_quick_benchmarks_print_every_other_table() -> None:
         assert "== prompt trace cost model (tiny:" in out and "mask read (after the replay)" in out
         frame_rows = [line.split() for line in out.split("== per frame:")[1].splitlines()[3:6]]
         assert [row[0] for row in frame_rows] == ["1", "4", "16"]
-        assert "goals (issue 12): image trace <= 40 ms" in out
+        assert "goals: image trace <= 40 ms" in out
         # the same traces and the frame under the calibrated model
         assert "== image trace, calibrated (110 cores) beside the roofline" in out
         assert "== prompt traces and the frame, calibrated (110 cores)" in out
