@@ -96,7 +96,8 @@ def _ask(sam3: Sam3Client, frame: Image) -> tuple[object, Image]:
 
 def _received(sam3: Sam3Client, key: int, before: int) -> bool:
     """The frame stamped ``key`` was answered, or the node counted more than ``before`` received."""
-    return key in sam3.detections or any(int(d["frames_received"]) > before for d in sam3.diagnostics[-3:])
+    recent = sam3.diagnostics[-3:]
+    return key in sam3.detections or any(int(d.get("frames_received", -1)) > before for d in recent)
 
 
 def _check_like_torch(sam3: Sam3Client, torch_segmenter, seed: int, prompts: list[str]) -> None:

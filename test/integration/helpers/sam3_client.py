@@ -149,6 +149,7 @@ class Sam3Client:
         for status in msg.status:
             if status.name.startswith("sam3"):
                 values = {kv.key: kv.value for kv in status.values}
+                values["_name"] = status.name
                 values["_level"] = int.from_bytes(status.level, "little")
                 values["_message"] = status.message
                 self.diagnostics.append(values)
@@ -190,16 +191,29 @@ class Sam3Client:
         return key not in self.detections and key not in self.masks
 
     def next_diagnostics(self, timeout_s: float = 5.0, where: Any = None) -> dict[str, str]:
-        """The first /diagnostics status published from now on (matching ``where`` if given)."""
+        """The first /diagnostics status published from now on matching ``where``; without it,
+        the node's ``<node>: segmentation`` status.
+
+        The node publishes several statuses (segmentation, per camera, depth, tracking), each with
+        its own keys: a status that lacks a key ``where`` reads is not the one it looks for.
+        """
         start = len(self.diagnostics)
 
+        def matches(status: dict[str, Any]) -> bool:
+            if where is None:
+                return status["_name"].endswith(": segmentation")
+            try:
+                return bool(where(status))
+            except KeyError:
+                return False
+
         def found() -> bool:
-            return any(where is None or where(d) for d in self.diagnostics[start:])
+            return any(matches(d) for d in self.diagnostics[start:])
 
         assert spin_until(self.probe, found, timeout_s), (
             f"no matching /diagnostics within {timeout_s} s; last: {self.diagnostics[-1:]}"
         )
-        return next(d for d in self.diagnostics[start:] if where is None or where(d))
+        return next(d for d in self.diagnostics[start:] if matches(d))
 
     # -- services
 
