@@ -62,12 +62,14 @@ from ._runtime import (
     OpRecord,
     Tensor,
     TensorRecord,
+    acknowledge_corruptible,
     allocate_tensor_on_device,
     as_tensor,
     begin_trace_capture,
     close_device,
     close_mesh_device,
     copy_host_to_device_tensor,
+    corruptible_allocation_scope,
     deallocate,
     end_trace_capture,
     event_synchronize,
@@ -75,6 +77,7 @@ from ._runtime import (
     from_device,
     from_torch,
     get_num_devices,
+    mark_corruptible,
     open_device,
     open_mesh_device,
     record_event,
@@ -133,6 +136,13 @@ transformer = SimpleNamespace(
     SDPAProgramConfig=SDPAProgramConfig,
 )
 experimental = SimpleNamespace(rotary_embedding=rotary_embedding)
+#: ttnn 0.81.1's trace allocation tracker (TT_METAL_TRACE_ALLOC_TRACKING=1).
+tools = SimpleNamespace(
+    trace_allocation_tracker=SimpleNamespace(
+        acknowledge_corruptible=acknowledge_corruptible,
+        corruptible_allocation_scope=corruptible_allocation_scope,
+    )
+)
 
 
 def reset() -> None:
@@ -145,11 +155,14 @@ def reset() -> None:
     SETTINGS.__dict__.update(EmulatorSettings().__dict__)
 
 
-#: Only under ttnn.transformer or ttnn.experimental in the real module.
+#: Only under ttnn.transformer, ttnn.experimental or ttnn.tools.trace_allocation_tracker in the
+#: real module.
 _TRANSFORMER_ONLY = {
     "scaled_dot_product_attention",
     "split_query_key_value_and_split_heads",
     "concatenate_heads",
     "rotary_embedding",
+    "acknowledge_corruptible",
+    "corruptible_allocation_scope",
 }
 __all__ = [name for name in dir() if not name.startswith("_") and name not in _TRANSFORMER_ONLY]

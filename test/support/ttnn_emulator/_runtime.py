@@ -18,6 +18,12 @@ cause that the emulator turns into an error):
   produce (another trace's outputs included), so such a buffer read later raises; a program
   compiled after a capture (its binary lands where replays write) makes that trace's next
   replay raise; a trace must be released before the device closes;
+- trace allocation tracking (tt-metal's TT_METAL_TRACE_ALLOC_TRACKING=1, SETTINGS.
+  trace_alloc_tracking, on when that variable is "1"): a replay of a trace raises while any
+  buffer allocated after its capture ended is alive, unless the buffer was acknowledged as
+  corruptible (0.81.1: ttnn.tools.trace_allocation_tracker.acknowledge_corruptible, or an
+  allocation inside its corruptible_allocation_scope; newer ttnn: ttnn.mark_corruptible), as
+  tt-metal's tracker does before each replay;
 - command queues: open_device gives one (0), open_mesh_device(num_command_queues=2) two; work
   on one queue that touches a buffer the other queue wrote (or read, for a write) is a race
   unless an event recorded after that work was waited for (or the host synchronised): the
@@ -26,10 +32,12 @@ cause that the emulator turns into an error):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +84,11 @@ class EmulatorSettings:
     #: Whether a failed Ethernet-dispatch open leaves the process unable to open any device.
     failed_open_breaks_process: bool = False
     l1_bank_bytes: int = L1_BANK_BYTES
+    #: tt-metal's trace allocation tracking (TT_METAL_TRACE_ALLOC_TRACKING=1): a replay raises
+    #: while a buffer allocated after its capture is alive and not marked corruptible.
+    trace_alloc_tracking: bool = field(
+        default_factory=lambda: os.environ.get("TT_METAL_TRACE_ALLOC_TRACKING") == "1"
+    )
 
 
 SETTINGS = EmulatorSettings()
@@ -132,12 +145,24 @@ class _Storage:
 
     ``l1_per_core``: bytes it takes in each core's L1 bank (0 in DRAM). ``last_write`` and
     ``last_reads`` record which command queue touched it last, for the race check.
+    ``alloc_seq``: when it was allocated (the device's sequence); ``corruptible``: marked with
+    mark_corruptible (exempt from trace allocation tracking).
     """
 
-    __slots__ = ("__weakref__", "alive", "l1_per_core", "last_reads", "last_write")
+    __slots__ = (
+        "__weakref__",
+        "alive",
+        "alloc_seq",
+        "corruptible",
+        "l1_per_core",
+        "last_reads",
+        "last_write",
+    )
 
     def __init__(self) -> None:
         self.alive = True
+        self.alloc_seq = -1
+        self.corruptible = False
         self.l1_per_core = 0
         self.last_write: tuple[int, int] | None = None
         self.last_reads: dict[int, int] = {}
@@ -346,6 +371,8 @@ class Device:
         # captured it deallocated them (their addresses belong to the trace).
         self._replay_buffers: set[int] = set()
         self._replaying = False
+        # Open corruptible_allocation_scope()s: what they allocate is exempt from tracking.
+        self._corruptible_scopes = 0
         self.replays = 0
         # Command queue order: issued[q] commands so far; seen[q][p]: queue q runs after the
         # first seen[q][p] commands of queue p (events waited for, host synchronisation).
@@ -393,6 +420,8 @@ class Device:
         tensor.alloc_seq = next(self._seq)
         self._live.add(tensor)
         if new_allocation and not self._replaying:
+            tensor._storage.alloc_seq = tensor.alloc_seq
+            tensor._storage.corruptible = self._corruptible_scopes > 0
             self._claim_l1(tensor)
 
     def _claim_l1(self, tensor: Tensor) -> None:
@@ -727,6 +756,8 @@ def execute_trace(
         if not tensor._allocated:
             raise EmulatorError(f"execute_trace: trace input {tensor!r} was deallocated")
     outputs = [o for s in trace.steps for o in s.outputs]
+    if SETTINGS.trace_alloc_tracking:
+        _check_unsafe_allocations(device, trace, outputs)
     device.access(queue, reads=trace.external_inputs, writes=outputs)
     device._replay_buffers = {id(o) for o in outputs}
     device._replaying = True
@@ -742,6 +773,56 @@ def execute_trace(
     if blocking:
         device.host_waits(queue)
     device.replays += 1
+
+
+def unsafe_allocations(device: Device, trace: _Trace, outputs: Sequence[Tensor] = ()) -> list[Tensor]:
+    """Live buffers allocated after `trace`'s capture ended, not marked corruptible and not its
+    own outputs: what tt-metal's trace allocation tracker refuses before a replay (one tensor per
+    buffer, views folded into their source)."""
+    own = {id(o._storage) for o in outputs}
+    found: dict[int, Tensor] = {}
+    for tensor in device.live_tensors():
+        storage = tensor._storage
+        if storage.alloc_seq > trace.end_seq and not storage.corruptible and id(storage) not in own:
+            found.setdefault(id(storage), tensor)
+    return sorted(found.values(), key=lambda t: t._storage.alloc_seq)
+
+
+def _check_unsafe_allocations(device: Device, trace: _Trace, outputs: Sequence[Tensor]) -> None:
+    unsafe = unsafe_allocations(device, trace, outputs)
+    if unsafe:
+        shown = ", ".join(repr(t) for t in unsafe[:3])
+        raise EmulatorError(
+            f"execute_trace (TT_METAL_TRACE_ALLOC_TRACKING=1): {len(unsafe)} buffer(s) allocated after "
+            f"trace {trace.trace_id.value}'s capture are alive and not marked corruptible ({shown}): "
+            "the replay may overwrite them; allocate them before the capture, free them before the "
+            "replay, or mark them with ttnn.mark_corruptible"
+        )
+
+
+def mark_corruptible(tensor: Tensor) -> int:
+    """Exempt a buffer from trace allocation tracking (a newer ttnn's call, not in 0.81.1):
+    its owner accepts that replays may overwrite it. Returns an id for the buffer."""
+    if tensor._device is None or not tensor._allocated:
+        raise EmulatorError(f"mark_corruptible: {tensor!r} is not an allocated device tensor")
+    tensor._storage.corruptible = True
+    return id(tensor._storage)
+
+
+def acknowledge_corruptible(tensor: Tensor) -> None:
+    """ttnn 0.81.1's form of mark_corruptible (ttnn.tools.trace_allocation_tracker)."""
+    mark_corruptible(tensor)
+
+
+@contextlib.contextmanager
+def corruptible_allocation_scope(mesh_device: Device) -> Iterator[None]:
+    """Buffers allocated inside are exempt from trace allocation tracking (0.81.1's
+    ttnn.tools.trace_allocation_tracker.corruptible_allocation_scope)."""
+    mesh_device._corruptible_scopes += 1
+    try:
+        yield
+    finally:
+        mesh_device._corruptible_scopes -= 1
 
 
 def _replay(device: Device, trace: _Trace) -> None:

@@ -87,8 +87,9 @@ def test_emulator_bfloat8_b_equals_ttnn_host_packing(project_check):
         assert mismatched == 0, f"{key} {tuple(values.shape)}: {mismatched} values differ"
 
 
-#: Emulator helpers with no ttnn counterpart.
-EMULATOR_ONLY = {"quantize", "quantize_bfloat8_b", "reset"}
+#: Emulator helpers with no ttnn counterpart, and mark_corruptible: a newer ttnn's call (0.81.1
+#: has none; the engine does not call it).
+EMULATOR_ONLY = {"quantize", "quantize_bfloat8_b", "reset", "mark_corruptible"}
 _SIGNATURES = """
 import json, sys
 sys.path.insert(0, "tools")
@@ -113,14 +114,11 @@ def _emulated_functions() -> dict[str, object]:
         for name in ttnn_emulator.__all__
         if inspect.isfunction(getattr(ttnn_emulator, name)) and name not in EMULATOR_ONLY
     }
-    for namespace in ("transformer", "experimental"):
-        found.update(
-            {
-                f"{namespace}.{name}": fn
-                for name, fn in vars(getattr(ttnn_emulator, namespace)).items()
-                if callable(fn)
-            }
-        )
+    for namespace in ("transformer", "experimental", "tools.trace_allocation_tracker"):
+        module = ttnn_emulator
+        for part in namespace.split("."):
+            module = getattr(module, part)
+        found.update({f"{namespace}.{name}": fn for name, fn in vars(module).items() if callable(fn)})
     return {name: fn for name, fn in found.items() if inspect.isfunction(fn)}
 
 

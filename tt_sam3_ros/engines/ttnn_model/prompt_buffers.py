@@ -21,6 +21,9 @@ Trace rules this class keeps (trace.py's, and the emulator enforces them):
 - compile() runs the forward of every bucket eagerly: call it before the device's first
   capture too, since a program compiled after a capture may land where replays write; the
   lazy capture of a bucket later compiles nothing;
+- each bucket's trace is captured after the image trace, and its outputs stay allocated: they
+  are read after its replay and before the image trace's next one, so the trace acknowledges
+  them as corruptible to tt-metal's trace allocation tracker (trace.py);
 - uploads go on command queue 0, the queue that replays: they are ordered after the replay that
   read the old prompts and before the next one, with no event (prompt changes are rare; the
   stream stalls for the upload only).
@@ -163,7 +166,9 @@ class PromptBuffers:
             def forward() -> list[Any]:
                 return self.forward(size, features, masks, *inputs)
 
-            trace = self.traces[size] = TracedPath(self.ttnn, self.device, forward, name=f"prompt x{size}")
+            trace = self.traces[size] = TracedPath(
+                self.ttnn, self.device, forward, name=f"prompt x{size}", corruptible_outputs=True
+            )
             self._trace_inputs[size] = inputs
             trace.capture()
         elif any(a is not b for a, b in zip(self._trace_inputs[size], inputs, strict=True)):

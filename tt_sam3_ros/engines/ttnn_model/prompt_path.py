@@ -397,6 +397,9 @@ class ChipPromptPath:
         pool_rows = ttnn.softmax(masks["pool"], -1, memory_config=settings.memory)
         pool = ttnn.reshape(pool_rows, (bucket, 1, PROMPT_TOKENS))
         logits = query_logits(ttnn, stack.hidden, prompt, pool, self.w_scoring, self.scoring, settings)
+        # The reshape copies (its last dimension changes): both buffers are freed, or the copy
+        # would outlive the capture (an unsafe allocation to the trace allocation tracker).
+        ttnn.deallocate(pool)
         ttnn.deallocate(pool_rows)
         presence = presence_logits(ttnn, stack.hidden, self.w_scoring, self.scoring, settings)
         ttnn.deallocate(stack.hidden)

@@ -17,6 +17,16 @@ Trace rules this code keeps (tt-metal's, and the emulator enforces them):
 - the trace is released before capturing again and before the device closes; a capture that
   fails is ended and released at once, so no trace id outlives it.
 
+Several traces on one device, and tt-metal's trace allocation tracking
+(TT_METAL_TRACE_ALLOC_TRACKING=1, which refuses a replay while a buffer allocated after that
+trace's capture is alive): a trace captured after another one (the prompt traces, after the
+image trace) leaves its outputs alive, allocated after the first capture. Those outputs are
+read after their own replay and before the next replay of any other trace (the emulator holds
+the engine to that), so they are what the tracker calls corruptible: such a trace acknowledges
+its outputs as corruptible at capture (``corruptible_outputs``), with ttnn 0.81.1's
+ttnn.tools.trace_allocation_tracker.acknowledge_corruptible (a newer ttnn's ttnn.mark_corruptible
+where it has one). Nothing else may stay allocated after a capture.
+
 Two command queues (a device opened with two, device.COMMAND_QUEUES): queue 0 replays, queue 1
 uploads the next frame meanwhile, with the event pattern of Tenstorrent's trace + 2-CQ runners.
 Each host input has a staging buffer next to the trace's input buffer:
@@ -74,6 +84,9 @@ class TracedPath:
         command_queues: how many queues the device was opened with (1 or 2): with 2, uploads go
             through staging buffers on queue 1 (see the module docstring).
         name: for error messages ("image", "prompt").
+        corruptible_outputs: acknowledge the outputs as corruptible to the trace allocation
+            tracker (a trace captured after another one whose outputs are read before that
+            one's next replay: see the module docstring).
     """
 
     def __init__(
@@ -83,6 +96,7 @@ class TracedPath:
         forward: Callable[..., list[Any]],
         command_queues: int = 1,
         name: str = "image",
+        corruptible_outputs: bool = False,
     ) -> None:
         if command_queues not in (1, 2):
             raise ValueError(f"command_queues must be 1 or 2, got {command_queues}")
@@ -91,6 +105,7 @@ class TracedPath:
         self.forward = forward
         self.two_queues = command_queues == 2
         self.name = name
+        self.corruptible_outputs = corruptible_outputs
         self.specs: tuple[BufferSpec, ...] = ()
         self.allocated = False
         self.inputs: list[Any] = []
@@ -125,6 +140,9 @@ class TracedPath:
             raise
         ttnn.end_trace_capture(self.device, trace_id, cq_id=REPLAY_QUEUE)
         self.trace_id, self.outputs = trace_id, outputs
+        if self.corruptible_outputs:
+            for tensor in outputs:
+                acknowledge_corruptible(ttnn, tensor)
         ttnn.synchronize_device(self.device)
 
     def stage(self, *host_inputs: Any) -> None:
@@ -203,6 +221,16 @@ class TracedPath:
         for staging, buffer in zip(self.staging, self.inputs, strict=True):
             ttnn.copy(staging, buffer)
         self._op_event = ttnn.record_event(self.device, REPLAY_QUEUE)
+
+
+def acknowledge_corruptible(ttnn: Any, tensor: Any) -> None:
+    """Tell tt-metal's trace allocation tracker that replays of earlier traces may overwrite
+    `tensor` (a no-op unless TT_METAL_TRACE_ALLOC_TRACKING=1): ttnn.mark_corruptible on a ttnn
+    that has it, else 0.81.1's ttnn.tools.trace_allocation_tracker.acknowledge_corruptible."""
+    mark = getattr(ttnn, "mark_corruptible", None)
+    if mark is None:
+        mark = ttnn.tools.trace_allocation_tracker.acknowledge_corruptible
+    mark(tensor)
 
 
 #: The name the image encoder (and older callers) use.
