@@ -2,7 +2,7 @@
 
     tt-sam3 segment IMAGE --prompt car --prompt person [--out DIR] [--threshold T]
     tt-sam3 segment IMAGE --prompt bolt --box x1,y1,x2,y2 --negative-box x1,y1,x2,y2
-    tt-sam3 track VIDEO --prompt car [--out DIR] [--max-age-s S] [--min-iou F]
+    tt-sam3 track VIDEO --prompt car [--out DIR] [--max-age-s S] [--max-age-frames N] [--min-iou F]
     tt-sam3 publish-images DIR_OR_VIDEO --topic image --rate 5
 
 `segment` writes DIR/<image>_overlay.png (masks, boxes, labels, scores) and
@@ -263,7 +263,7 @@ def _run_segment(args: argparse.Namespace) -> int:
 
 
 def _track_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .tracking import DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU
+    from .tracking import DEFAULT_MAX_AGE_FRAMES, DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU
 
     parser = subparsers.add_parser(
         "track", help="segment every frame of a video and track the instances; write an MP4 and JSON lines"
@@ -274,7 +274,15 @@ def _track_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-age-s",
         type=float,
         default=DEFAULT_MAX_AGE_S,
-        help=f"a track unseen for longer than this (video time) ends (default {DEFAULT_MAX_AGE_S})",
+        help=f"a track ends once unseen for longer than this (video time) and for --max-age-frames "
+        f"frames (default {DEFAULT_MAX_AGE_S})",
+    )
+    parser.add_argument(
+        "--max-age-frames",
+        type=int,
+        default=DEFAULT_MAX_AGE_FRAMES,
+        help=f"a track ends once unseen in this many frames and for --max-age-s "
+        f"(default {DEFAULT_MAX_AGE_FRAMES})",
     )
     parser.add_argument(
         "--min-iou",
@@ -297,7 +305,7 @@ def _run_track(args: argparse.Namespace) -> int:
     # Everything a user can get wrong is checked before the (slow) model load.
     prompts = validate_prompts(args.prompt)
     check_settings(args.threshold, args.max_instances)
-    check_tracking_settings(args.max_age_s, args.min_iou)
+    check_tracking_settings(args.max_age_s, args.min_iou, args.max_age_frames)
     info = probe(args.video)
     video_path = args.out / f"{args.video.stem}_tracked.mp4"
     jsonl_path = args.out / f"{args.video.stem}.jsonl"
@@ -326,7 +334,9 @@ def _run_track(args: argparse.Namespace) -> int:
         writer.discard()  # no model, no frames: leave no empty results behind
         raise
     with writer, segmenter:
-        tracker = InstanceTracker(max_age_s=args.max_age_s, min_iou=args.min_iou)
+        tracker = InstanceTracker(
+            max_age_s=args.max_age_s, min_iou=args.min_iou, max_age_frames=args.max_age_frames
+        )
         count, ids = 0, set()
         progress = tqdm(frames(args.video), total=info.frame_count or None, unit="frame", desc="tracking")
         # segment_stream reads a frame ahead (frame N+1 goes to the engine while frame N runs);

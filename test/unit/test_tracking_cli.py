@@ -83,6 +83,7 @@ def test_track_writes_an_annotated_mp4_and_one_json_line_per_frame(tmp_path: Pat
     [
         (["--min-iou", "0"], "track_min_iou"),
         (["--max-age-s", "-1"], "track_max_age_s"),
+        (["--max-age-frames", "0"], "track_max_age_frames"),
         (["--threshold", "2"], "threshold"),
     ],
 )
