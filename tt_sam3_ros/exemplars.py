@@ -167,10 +167,14 @@ def model_boxes(boxes_xyxy: np.ndarray, image_size: tuple[int, int]) -> np.ndarr
     return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=-1).astype(np.float32)
 
 
-def concepts(prompts: Sequence[str], exemplars: list[Exemplar], image_size: tuple[int, int]) -> list[Concept]:
+def concepts(
+    prompts: Sequence[str], exemplars: list[Exemplar], image_size: tuple[int, int], box_only: bool = False
+) -> list[Concept]:
     """The prompt batch: each prompt with its boxes, then the box-only concept if any box has no
-    prompt. ``exemplars`` must be checked and clipped; boxes keep their order within a concept."""
-    names = [*prompts, *([BOX_ONLY_PROMPT] if any(e.prompt is None for e in exemplars) else [])]
+    prompt (or ``box_only``: one carried from an earlier image). ``exemplars`` must be checked
+    and clipped; boxes keep their order within a concept."""
+    box_only = box_only or any(e.prompt is None for e in exemplars)
+    names = [*prompts, *([BOX_ONLY_PROMPT] if box_only else [])]
     batch = []
     for name in names:
         mine = [e for e in exemplars if e.concept == name]

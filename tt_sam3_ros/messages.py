@@ -33,7 +33,11 @@ from vision_msgs.msg import (
 
 from tt_sam3_ros import preprocess
 from tt_sam3_ros.errors import InputError, quoted
+from tt_sam3_ros.exemplars import MAX_BOXES, Exemplar
 from tt_sam3_ros.results import SegmentationResult
+
+#: Least score of a prompt box that marks it positive ("more like this"); lower is negative.
+POSITIVE_SCORE = 0.5
 
 #: Encodings accepted on the raw image topic, with their channel counts.
 SUPPORTED_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
@@ -254,3 +258,38 @@ def label_info(
         class_id = index if class_ids is None else class_ids[prompt]
         msg.class_map.append(VisionClass(class_id=class_id, class_name=prompt))
     return msg
+
+
+def prompt_boxes(msg: Detection2DArray, class_ids: Mapping[str, int]) -> list[Exemplar]:
+    """Exemplar boxes from a Detection2DArray on ``prompt_boxes``, in the image's pixels.
+
+    Each detection's bbox (centre and size) is one box; ``results[0].hypothesis.class_id`` names
+    the prompt it refines, by its text or by its class id (the decimal string the node's own
+    detections carry, so a detection can be sent back as an exemplar), and is empty (or there is
+    no result) for the box-only concept; its score marks it positive (>= 0.5, or no result) or
+    negative. The boxes are checked by ``exemplars.check_exemplars`` when used.
+
+    Raises:
+        InputError: too many detections, or a class_id that is neither a prompt nor its id.
+    """
+    if len(msg.detections) > MAX_BOXES:
+        raise InputError(f"too many exemplar boxes: {len(msg.detections)} given, at most {MAX_BOXES} allowed")
+    by_id = {str(class_id): prompt for prompt, class_id in class_ids.items()}
+    boxes = []
+    for index, detection in enumerate(msg.detections):
+        name, positive = "", True
+        if detection.results:
+            hypothesis = detection.results[0].hypothesis
+            name = hypothesis.class_id.strip()
+            positive = hypothesis.score >= POSITIVE_SCORE  # NaN counts as negative too
+        if name and name not in class_ids:
+            if name not in by_id:
+                raise InputError(
+                    f"box {index}: class_id {quoted(name)} is neither a prompt in force nor a class id "
+                    "of /sam3/label_info (empty: a box-only concept)"
+                )
+            name = by_id[name]
+        centre, width, height = detection.bbox.center.position, detection.bbox.size_x, detection.bbox.size_y
+        corners = (centre.x - width / 2, centre.y - height / 2, centre.x + width / 2, centre.y + height / 2)
+        boxes.append(Exemplar(corners, positive=positive, prompt=name or None))
+    return boxes

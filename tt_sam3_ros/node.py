@@ -69,7 +69,8 @@ from tt_sam3_ros.diagnostics import (
     segmentation_status,
     tracking_status,
 )
-from tt_sam3_ros.errors import printable, quoted
+from tt_sam3_ros.errors import InputError, printable, quoted
+from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, check_exemplars
 from tt_sam3_ros.log_forwarding import forward_library_logging, stop_forwarding
 from tt_sam3_ros.node_parameters import (
     PARAMETERS,
@@ -107,6 +108,8 @@ NODE_NAME = "sam3"
 # subscribers, so no consumer meets a QoS mismatch) and keep a few messages so a
 # message_filters synchroniser can pair detections with masks.
 OUTPUT_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
+# Exemplar boxes are rare and each one matters: reliable, a few kept.
+PROMPT_BOXES_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 # Latched: a consumer that starts later still learns which class id is which prompt.
 LABEL_INFO_QOS = QoSProfile(
     depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
@@ -176,6 +179,8 @@ class _FrameOutputs:
         camera, header = self._camera, self._header
         if camera.detections_pub is None or camera.mask_pub is None:
             return
+        if BOX_ONLY_PROMPT in output.result.prompts and not self._node.label_info_has_box_only:
+            self._node.publish_label_info()  # the box-only concept's class id, before its first use
         with self._node.publishing():
             self._detections = messages.result_to_detections(output.result, header, output.class_ids)
             camera.detections_pub.publish(self._detections)
@@ -245,6 +250,8 @@ class Sam3Node(LifecycleNode):
         self._slot = FrameSlot()
         self._worker: InferenceWorker | None = None
         self._label_info_pub: LifecyclePublisher | None = None
+        # Whether the LabelInfo latched last names the box-only concept.
+        self.label_info_has_box_only = False
         # The depth path (``depth: true``, read at activate) of every camera.
         self._depth_enabled = False
         self._engine_info: dict[str, str] = {}
@@ -364,7 +371,7 @@ class Sam3Node(LifecycleNode):
         self._settings = self._with_class_ids(settings_from(values))
         changed = {parameter.name for parameter in parameters}
         if changed & {"prompts", "threshold"}:
-            self._publish_label_info()
+            self.publish_label_info()
         if "prompts" in changed:
             self.get_logger().info(f"prompts now [{', '.join(quoted(p) for p in self._settings.prompts)}]")
 
@@ -429,7 +436,7 @@ class Sam3Node(LifecycleNode):
             return result
         self._subscribe()
         self._state = "active"
-        self._publish_label_info()
+        self.publish_label_info()
         if not self._settings.prompts:
             self.get_logger().warning(
                 "active but no prompts set; frames are ignored until e.g. "
@@ -600,6 +607,12 @@ class Sam3Node(LifecycleNode):
     def _output(self, camera: _Camera, msg_type: Any, name: str) -> LifecyclePublisher:
         return self.create_lifecycle_publisher(msg_type, f"~/{camera.topic(name)}", OUTPUT_QOS)
 
+    def _input(
+        self, camera: _Camera, msg_type: Any, name: str, callback: Callable[[Any], None]
+    ) -> Subscription:
+        """An input of the node's own, ``~/<camera>/<name>`` (exemplar boxes)."""
+        return self.create_subscription(msg_type, f"~/{camera.topic(name)}", callback, PROMPT_BOXES_QOS)
+
     def _subscribe(self) -> None:
         """Subscribe with the QoS from parameters; best effort by default, which every publisher matches."""
         reliability = RELIABILITIES[self.get_parameter("qos_reliability").value]
@@ -616,6 +629,8 @@ class Sam3Node(LifecycleNode):
                 image_sub = self.create_subscription(Image, camera.topic("image"), on_image, qos)
             camera.subscriptions.append(image_sub)
             self.get_logger().info(f"subscribed to {image_sub.topic_name}")
+            on_boxes = functools.partial(self._on_prompt_boxes, camera)
+            camera.subscriptions.append(self._input(camera, Detection2DArray, "prompt_boxes", on_boxes))
             if depth:
                 self._subscribe_depth(camera, qos)
         self._depth_enabled = depth
@@ -646,11 +661,36 @@ class Sam3Node(LifecycleNode):
         """Hand the camera's newest frame to the worker; never waits for inference."""
         state = camera.state
         state.stats.count_received()
-        if not self._settings.prompts:
+        frame = Frame(msg, time.monotonic(), camera.name)
+        state.exemplars.note_received(messages.stamp_ns(msg.header), msg.header.frame_id, frame)
+        if not self._settings.prompts and not state.exemplars.has_box_only:
             return
         if self._depth_enabled:
             state.depth_pairing.note_colour(messages.stamp_ns(msg.header))
-        if self._slot.put(Frame(msg, time.monotonic(), camera.name)):
+        if self._slot.put(frame):
+            state.stats.count_dropped()
+
+    def _on_prompt_boxes(self, camera: _Camera, msg: Detection2DArray) -> None:
+        """Exemplar boxes drawn on a kept frame of this camera: that frame goes to the worker with
+        them (ahead of plain frames); an empty array clears the camera's exemplars."""
+        state = camera.state
+        if not msg.detections:
+            if state.exemplars.clear():
+                self.get_logger().info(f"exemplars cleared on camera {quoted(camera.name)}")
+                self.publish_label_info()
+            return
+        settings = self._settings
+        try:
+            boxes = messages.prompt_boxes(msg, dict(settings.class_ids))
+            check_exemplars(boxes, settings.prompts)
+            frame, generation = state.exemplars.find(messages.stamp_ns(msg.header), msg.header.frame_id)
+        except InputError as error:
+            reason = f"prompt_boxes refused: {printable(error, REASON_LIMIT)}"
+            state.stats.count_rejected(reason)
+            self.get_logger().warning(reason, throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        request = dataclasses.replace(frame, boxes=tuple(boxes), generation=generation)
+        if self._slot.put(request):
             state.stats.count_dropped()
 
     def _on_depth(self, camera: _Camera, msg: Image) -> None:
@@ -661,16 +701,29 @@ class Sam3Node(LifecycleNode):
         camera.state.depth_stats.count_camera_info()
         camera.state.depth_pairing.set_camera_info(messages_3d.camera_info_data(msg))
 
-    def _publish_label_info(self) -> None:
-        """The same LabelInfo on ~/label_info and beside each named camera's masks."""
-        if self._label_info_pub is None:
+    def _box_only_in_force(self) -> bool:
+        return any(camera.state.exemplars.has_box_only for camera in self._cameras.values())
+
+    def publish_label_info(self) -> None:
+        """Latch the class map on ~/label_info and beside each named camera's masks: the prompts,
+        and the box-only concept ('') while a camera has one.
+
+        Called from the executor (parameters, prompt_boxes) and the worker (a box-only concept's
+        first answer); rclpy's publish is thread-safe."""
+        publisher = self._label_info_pub
+        if publisher is None:
             return
         header = Header()
         header.stamp = self.get_clock().now().to_msg()
-        label_info = messages.label_info(
-            self._settings.prompts, self._settings.threshold, header, dict(self._settings.class_ids)
-        )
-        self._label_info_pub.publish(label_info)
+        settings = self._settings
+        names, class_ids = settings.prompts, dict(settings.class_ids)
+        box_only = self._box_only_in_force()
+        if box_only:
+            names = (*names, BOX_ONLY_PROMPT)
+            class_ids[BOX_ONLY_PROMPT] = settings.box_only_class_id
+        self.label_info_has_box_only = box_only
+        label_info = messages.label_info(names, settings.threshold, header, class_ids)
+        publisher.publish(label_info)
         for camera in self._cameras.values():
             if camera.label_info_pub is not None:
                 camera.label_info_pub.publish(label_info)
@@ -690,10 +743,17 @@ class Sam3Node(LifecycleNode):
                 frame_id=header.frame_id,
                 received_s=frame.received_s,
                 camera=frame.camera,
+                boxes=frame.boxes,
+                generation=frame.generation,
             ),
             self._settings,
             _FrameOutputs(self, camera, header, self._depth_enabled),
         )
+        if report.outcome == "answered":
+            stamp = messages.stamp_ns(header)
+            camera.state.exemplars.note_answered(stamp, header.frame_id, dataclasses.replace(frame, boxes=()))
+        if self.label_info_has_box_only and not self._box_only_in_force():
+            self.publish_label_info()  # the box-only concept was replaced: its class leaves the map
         if report.engine_lost:
             self._engine_given_up(report.reason)
 

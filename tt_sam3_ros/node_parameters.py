@@ -325,11 +325,11 @@ class ClassIds:
     A prompt keeps its id while the node runs, through prompt changes, so a detection computed
     just before a change still means what the LabelInfo of its time said. New prompts take the
     next id; ids count up from 0 (the first prompts get 0, 1, ... in order). LabelInfo's
-    class_id is a uint16: once 65,536 distinct prompts have been seen, the ids restart from the
-    prompts in force.
+    class_id is a uint16 and its last value is the box-only concept's (``pipeline.BOX_ONLY_CLASS_ID``):
+    once 65,535 distinct prompts have been seen, the ids restart from the prompts in force.
     """
 
-    LIMIT = 65536
+    LIMIT = 65535
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from tt_sam3_ros import depth_pairing
 from tt_sam3_ros.depth_pairing import Answer3D, DepthPairing, DepthSettings, DepthStats
 from tt_sam3_ros.engines.base import EngineError
 from tt_sam3_ros.errors import InputError, printable, quoted
+from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, Exemplar
 from tt_sam3_ros.results import SegmentationResult
 from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
 from tt_sam3_ros.tracking import (
@@ -55,6 +57,15 @@ LOG_THROTTLE_S = 5.0
 ENGINE_ERROR_LIMIT = 5
 #: Longest exception message quoted in a log line or /diagnostics (it may hold input text).
 REASON_LIMIT = 240
+#: The class id of the box-only concept (exemplar boxes without a prompt) in the detections and
+#: LabelInfo: the last uint16, which no prompt is given (``node_parameters.ClassIds``).
+BOX_ONLY_CLASS_ID = 65535
+#: Frames of each camera that prompt boxes can be drawn on, found by their stamp: the newest
+#: received ones, whatever became of them...
+RECEIVED_FRAMES_KEPT = 30
+#: ... and the newest answered ones (an operator draws on the overlay, which only answered
+#: frames have; on a slow engine they are seconds older than the newest received).
+ANSWERED_FRAMES_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,8 @@ class RunSettings:
     #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
     #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
     class_ids: tuple[tuple[str, int], ...] = ()
+    #: The class id of the box-only concept (exemplar boxes without a prompt).
+    box_only_class_id: int = BOX_ONLY_CLASS_ID
 
 
 def is_expected_failure(error: BaseException) -> bool:
@@ -100,6 +113,10 @@ class FrameInput:
     frame_id: str = ""
     received_s: float = 0.0
     camera: str = SINGLE_CAMERA
+    #: Exemplar boxes drawn on this frame (prompt_boxes); the frame is answered with them and
+    #: their encoding stays in force (``ExemplarMemory``) unless cleared since ``generation``.
+    boxes: tuple[Exemplar, ...] = ()
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -153,6 +170,94 @@ class FrameReport:
     engine_lost: bool = False
 
 
+class ExemplarMemory:
+    """One camera's exemplars: the recent frames boxes can be drawn on (found by stamp) and the
+    encoded exemplars in force, which every later frame of the camera carries until cleared.
+
+    Frames are kept as the caller's opaque payload (the node: its received message). The
+    subscription callbacks note and find frames and clear; the worker keeps new encodings; one
+    lock guards both sides.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._received: deque[tuple[int, str, Any]] = deque(maxlen=RECEIVED_FRAMES_KEPT)
+        self._answered: deque[tuple[int, str, Any]] = deque(maxlen=ANSWERED_FRAMES_KEPT)
+        self._states: dict[str, Any] = {}
+        self._generation = 0
+
+    def note_received(self, stamp_ns: int, frame_id: str, payload: Any) -> None:
+        with self._lock:
+            self._received.append((stamp_ns, frame_id, payload))
+
+    def note_answered(self, stamp_ns: int, frame_id: str, payload: Any) -> None:
+        with self._lock:
+            if not any(kept[0] == stamp_ns and kept[1] == frame_id for kept in self._answered):
+                self._answered.append((stamp_ns, frame_id, payload))
+
+    def find(self, stamp_ns: int, frame_id: str) -> tuple[Any, int]:
+        """The kept frame stamped ``stamp_ns`` and the current generation.
+
+        Raises:
+            InputError: no stamp, no kept frame with that stamp (saying which are kept), or one
+                whose frame_id differs.
+        """
+        if not stamp_ns:
+            raise InputError("the header has no stamp: stamp it with the image the boxes were drawn on")
+        with self._lock:
+            kept = [*self._answered, *self._received]
+            generation = self._generation
+        matches = [k for k in kept if k[0] == stamp_ns]
+        if not matches:
+            stamps = sorted(k[0] for k in kept)
+            span = (
+                f"{len(stamps)} frames stamped {_seconds(stamps[0])} to {_seconds(stamps[-1])}"
+                if stamps
+                else "none"
+            )
+            raise InputError(
+                f"no frame stamped {_seconds(stamp_ns)} is kept any more (kept: {span}; the newest "
+                f"{RECEIVED_FRAMES_KEPT} received and {ANSWERED_FRAMES_KEPT} answered frames)"
+            )
+        same_frame = [k for k in matches if k[1] == frame_id]
+        if not same_frame:
+            raise InputError(
+                f"the boxes name frame_id {quoted(frame_id)} and the image stamped {_seconds(stamp_ns)} "
+                f"has {quoted(matches[0][1])}"
+            )
+        return same_frame[0][2], generation
+
+    def clear(self) -> bool:
+        """Forget the exemplars in force (and any request still pending); True if there were some."""
+        with self._lock:
+            self._generation += 1
+            had, self._states = bool(self._states), {}
+        return had
+
+    def keep(self, states: dict[str, Any], generation: int) -> bool:
+        """Put ``states`` in force unless cleared since ``generation``; True when they were."""
+        with self._lock:
+            if generation != self._generation:
+                return False
+            self._states = dict(states)
+            return True
+
+    @property
+    def states(self) -> dict[str, Any]:
+        """The encoded exemplars in force, by concept name ("" for the box-only concept)."""
+        with self._lock:
+            return dict(self._states)
+
+    @property
+    def has_box_only(self) -> bool:
+        with self._lock:
+            return BOX_ONLY_PROMPT in self._states
+
+
+def _seconds(stamp_ns: int) -> str:
+    return f"{stamp_ns // 1_000_000_000}.{stamp_ns % 1_000_000_000:09d}"
+
+
 @dataclass
 class CameraState:
     """Everything the pipeline keeps about one camera (``SINGLE_CAMERA`` without ``cameras``).
@@ -167,6 +272,7 @@ class CameraState:
     tracker: InstanceTracker
     depth_pairing: DepthPairing = field(default_factory=DepthPairing)
     depth_stats: DepthStats = field(default_factory=DepthStats)
+    exemplars: ExemplarMemory = field(default_factory=ExemplarMemory)
 
 
 class _Throttle:
@@ -229,11 +335,21 @@ class FramePipeline:
     ) -> FrameReport:
         """Answer one frame: its 2D outputs, then its 3D ones when the depth path is on.
 
+        A frame with exemplar boxes (an earlier frame, sent again with the boxes drawn on it)
+        is answered with them, neither tracked nor given 3D (its stamp is behind the live
+        stream's); the boxes' encoding then stays in force for the camera's later frames.
         Bad input and engine faults are counted and logged, never raised.
         """
         started = time.monotonic()
-        if outputs.depth:
+        with_boxes = bool(frame.boxes)
+        if outputs.depth and not with_boxes:
             camera.depth_pairing.claim(frame.stamp_ns)
+        extra: dict[str, Any] = {}
+        carried = camera.exemplars.states
+        if carried:
+            extra["carried"] = carried
+        if with_boxes:
+            extra["boxes"] = list(frame.boxes)
         try:
             rgb = frame.decode(segmenter.max_image_side)
             result = segmenter(
@@ -241,13 +357,18 @@ class FramePipeline:
                 list(settings.prompts),
                 threshold=settings.threshold,
                 max_instances=settings.max_instances,
+                **extra,
             )
         except InputError as error:
             return self._rejected(camera, frame, error)
         except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
             return self._engine_error(camera, error)
+        if with_boxes and camera.exemplars.keep(result.exemplars, frame.generation):
+            names = ", ".join(quoted(name) if name else "box-only" for name in result.exemplars)
+            LOG.info(f"exemplars in force on camera {quoted(camera.name)}: {names}")
         try:
-            result = self._track(camera, result, frame, settings)
+            if not with_boxes:
+                result = self._track(camera, result, frame, settings)
             labels = result.instance_mask()
             self._publish(camera, frame, rgb, result, labels, settings, outputs)
         except Exception as error:  # after the engine: ours or the outputs', never the engine's
@@ -272,8 +393,11 @@ class FramePipeline:
             from tt_sam3_ros.overlay import draw_overlay
 
             overlay = draw_overlay(rgb, result, labels)
-        outputs.publish(FrameOutput(result, labels, dict(settings.class_ids), overlay))
-        if outputs.depth:
+        class_ids = dict(settings.class_ids)
+        if BOX_ONLY_PROMPT in result.prompts:
+            class_ids[BOX_ONLY_PROMPT] = settings.box_only_class_id
+        outputs.publish(FrameOutput(result, labels, class_ids, overlay))
+        if outputs.depth and not frame.boxes:
             answer = self._answer_3d(camera, frame, result, labels, settings, wants.cloud)
             if answer is not None:
                 outputs.publish_3d(answer)

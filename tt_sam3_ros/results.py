@@ -117,6 +117,9 @@ class SegmentationResult:
         presence: per prompt, sigmoid(presence logit): how sure the model is that the
             concept is in the image at all.
         timing_ms: wall time per stage of this call, in milliseconds.
+        exemplars: the engine's encoded exemplar boxes of each concept that had some, by concept
+            name ("" for the box-only concept), to carry to later images
+            (``Sam3Segmenter(..., carried=result.exemplars)``); engine-owned, not serialised.
     """
 
     image_size: tuple[int, int]
@@ -124,6 +127,7 @@ class SegmentationResult:
     instances: list[Instance]
     presence: dict[str, float]
     timing_ms: dict[str, float] = field(default_factory=dict)
+    exemplars: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def instance_mask(self) -> np.ndarray:
         """uint8 (height, width) label image: 0 background, k the k-th instance.

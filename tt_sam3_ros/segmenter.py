@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -144,6 +144,7 @@ class Sam3Segmenter:
         threshold: float = DEFAULT_THRESHOLD,
         max_instances: int = DEFAULT_MAX_INSTANCES,
         boxes: Sequence[Exemplar] = (),
+        carried: Mapping[str, Any] | None = None,
     ) -> SegmentationResult:
         """Segment every instance of every prompt in one image.
 
@@ -158,12 +159,19 @@ class Sam3Segmenter:
                 the image). A box naming a prompt refines it; boxes without a prompt form one
                 box-only concept, which comes after the prompts in the batch and in the result
                 (its name there is "", and it counts against max_prompts).
+            carried: exemplars encoded on an earlier image (that call's ``result.exemplars``),
+                carried to this one, by concept name: a prompt of this call without boxes here
+                takes its carried box tokens (with this image's class token), and a carried
+                box-only concept ("") joins the call unless this call has box-only boxes. Our
+                extension of SAM 3, which defines exemplars per image; entries for prompts not
+                in this call are ignored.
 
         Raises:
             InputError (a ValueError): bad image, prompts, boxes or settings, with the limit named.
         """
-        prompts, boxes = self._checked_prompts(prompts, threshold, max_instances, boxes)
-        return self._segment(self._load(image), prompts, threshold, max_instances, boxes=boxes)
+        carried = dict(carried or {})
+        prompts, boxes = self._checked_prompts(prompts, threshold, max_instances, boxes, "" in carried)
+        return self._segment(self._load(image), prompts, threshold, max_instances, None, boxes, carried)
 
     def segment_stream(
         self,
@@ -198,13 +206,19 @@ class Sam3Segmenter:
         return self._stream(iter(frames), prompts, threshold, max_instances)
 
     def _checked_prompts(
-        self, prompts: list[str], threshold: float, max_instances: int, boxes: Sequence[Exemplar] = ()
+        self,
+        prompts: list[str],
+        threshold: float,
+        max_instances: int,
+        boxes: Sequence[Exemplar] = (),
+        box_only_carried: bool = False,
     ) -> tuple[list[str], list[Exemplar]]:
         """The prompts and boxes validated against the engine's max_prompts; raises InputError
         for bad prompts, boxes or settings, before any work."""
         max_prompts = getattr(self.engine, "max_prompts", MAX_PROMPTS)
-        box_only = not isinstance(boxes, (str, bytes)) and any(
-            isinstance(b, Exemplar) and not b.prompt for b in boxes
+        box_only = box_only_carried or (
+            not isinstance(boxes, (str, bytes))
+            and any(isinstance(b, Exemplar) and not b.prompt for b in boxes)
         )
         if box_only and isinstance(prompts, Sequence) and not isinstance(prompts, str) and len(prompts) == 0:
             prompts = []  # the box-only concept is the whole request
@@ -261,17 +275,19 @@ class Sam3Segmenter:
         max_instances: int,
         while_in_flight: Callable[[], None] | None = None,
         boxes: list[Exemplar] | None = None,
+        carried: dict[str, Any] | None = None,
     ) -> SegmentationResult:
         """The engine's part of one frame; `while_in_flight` runs after encode_image, before any read.
 
-        ``boxes`` (checked) turn the prompts into concepts: each prompt with its boxes, then the
-        box-only concept if there is one."""
+        ``boxes`` (checked) and ``carried`` turn the prompts into concepts: each prompt with its
+        boxes, then the box-only concept if there is one."""
         timing = frame.timing
         image_size = frame.rgb.shape[:2]
         concepts = None
-        if boxes:
-            clipped = exemplar_boxes.clip_to_image(boxes, image_size)
-            concepts = exemplar_boxes.concepts(prompts, clipped, image_size)
+        carried = {name: state for name, state in (carried or {}).items() if name in prompts or not name}
+        if boxes or carried:
+            clipped = exemplar_boxes.clip_to_image(boxes or [], image_size)
+            concepts = exemplar_boxes.concepts(prompts, clipped, image_size, box_only="" in carried)
             prompts = [c.name for c in concepts]
         with _timed(timing, "image_encoder"):
             image_state = self.engine.encode_image(frame.model_image)
@@ -282,20 +298,28 @@ class Sam3Segmenter:
         extra: dict[str, Any] = {}
         if concepts:
             with _timed(timing, "geometry_encoder"):
-                extra["exemplars"] = self._exemplar_states(image_state, concepts)
+                extra["exemplars"] = self._exemplar_states(image_state, concepts, carried or {})
         with _timed(timing, "decoder"):
             decoded = self.engine.decode(image_state, prompt_states, max_instances, **extra)
         with _timed(timing, "postprocess"):
             result = self._instances(decoded, prompts, image_size, threshold, max_instances)
+        if concepts:
+            states = zip(prompts, extra["exemplars"], strict=True)
+            result.exemplars = {name: state for name, state in states if state is not None}
         result.timing_ms = {**timing, "total": sum(timing.values())}
         return result
 
-    def _exemplar_states(self, image_state: Any, concepts: list[exemplar_boxes.Concept]) -> list[Any]:
-        """The engine's encoding of each concept's boxes (one batch), None where it has none."""
+    def _exemplar_states(
+        self, image_state: Any, concepts: list[exemplar_boxes.Concept], carried: dict[str, Any]
+    ) -> list[Any]:
+        """Each concept's exemplar state: its boxes encoded on this image (one batch for all), or
+        the one carried from an earlier image, or None."""
         with_boxes = [c for c in concepts if len(c.boxes)]
-        boxes, labels = [c.boxes for c in with_boxes], [c.labels for c in with_boxes]
-        encoded = iter(self.engine.encode_exemplars(image_state, boxes, labels))
-        return [next(encoded) if len(c.boxes) else None for c in concepts]
+        encoded = iter(())
+        if with_boxes:
+            boxes, labels = [c.boxes for c in with_boxes], [c.labels for c in with_boxes]
+            encoded = iter(self.engine.encode_exemplars(image_state, boxes, labels))
+        return [next(encoded) if len(c.boxes) else carried.get(c.name) for c in concepts]
 
     def _prompt_states(self, prompts: list[str]) -> list[Any]:
         """Encodings of ``prompts``, encoding only the ones not cached (in one batch)."""

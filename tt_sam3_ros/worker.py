@@ -37,6 +37,10 @@ class Frame:
     msg: Any
     received_s: float
     camera: str = SINGLE_CAMERA
+    #: Exemplar boxes drawn on this frame (``pipeline.FrameInput.boxes``) and the generation of
+    #: the camera's exemplars they were sent in.
+    boxes: tuple[Any, ...] = ()
+    generation: int = 0
 
 
 class FrameSlot:
@@ -63,16 +67,21 @@ class FrameSlot:
     def put(self, frame: Frame) -> bool:
         """Store ``frame`` in its camera's slot; True when it replaced one the worker had not taken.
 
+        A pending frame with exemplar boxes is an operator's request: a plain frame does not
+        replace it (the plain one is dropped instead, and True returned).
+
         Raises:
             KeyError: ``frame.camera`` is not one of this slot's cameras (a wiring bug).
         """
         if frame.camera not in self._order:
             raise KeyError(f"no slot for camera {frame.camera!r}")
         with self._ready:
-            replaced = frame.camera in self._frames
+            pending = self._frames.get(frame.camera)
+            if pending is not None and pending.boxes and not frame.boxes:
+                return True
             self._frames[frame.camera] = frame
             self._ready.notify()
-        return replaced
+        return pending is not None
 
     def take(self) -> Frame | None:
         """Wait for a frame and remove it (the next camera in turn); None once the slot is closed."""

@@ -157,7 +157,13 @@ def test_launch_lines_use_declared_arguments() -> None:
 
 # -- topics ---------------------------------------------------------------------------------------
 
-PUBLISHING_CALLS = {"create_subscription", "create_publisher", "create_lifecycle_publisher", "_output"}
+PUBLISHING_CALLS = {
+    "create_subscription",
+    "create_publisher",
+    "create_lifecycle_publisher",
+    "_output",
+    "_input",
+}
 
 
 def node_topics() -> dict[str, str]:
@@ -177,7 +183,7 @@ def node_topics() -> dict[str, str]:
                 if isinstance(a, ast.Call) and a.args and isinstance(a.args[0], ast.Constant)
             ]
             if types and names:
-                topic = f"~/{names[0]}" if call.func.attr == "_output" else names[0]
+                topic = f"~/{names[0]}" if call.func.attr in ("_output", "_input") else names[0]
                 topics[topic] = types[0].id
     return topics
 

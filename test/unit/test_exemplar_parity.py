@@ -227,3 +227,26 @@ def test_a_box_only_call_needs_no_prompt(sharp_segmenter, sharp_model, processor
     scores = np.sort((want.pred_logits.sigmoid() * want.presence_logits.sigmoid())[0].numpy())[::-1]
     assert result.prompts == [""] and {i.prompt for i in result.instances} == {""}
     np.testing.assert_allclose([i.score for i in result.instances], scores, atol=TOLERANCE)
+
+
+def test_exemplars_carried_to_a_later_image_refine_their_prompts_there(sharp_segmenter, rgb_image) -> None:
+    """Our extension: the box tokens encoded on one image, with a later image's class token."""
+    drawn = sharp_segmenter(rgb_image, CALL_PROMPTS, threshold=0.0, max_instances=255, boxes=CALL_BOXES)
+    assert set(drawn.exemplars) == {"red square", ""}
+    later = np.ascontiguousarray(rgb_image[::-1])
+    settings = {"threshold": 0.0, "max_instances": 255}
+    carried = sharp_segmenter(later, ["red square", "person"], carried=drawn.exemplars, **settings)
+    text_only = sharp_segmenter(later, ["red square", "person"], **settings)
+    assert carried.prompts == ["red square", "person", ""] and text_only.prompts == ["red square", "person"]
+    assert set(carried.exemplars) == {"red square", ""}
+
+    def scores(result, prompt: str) -> list[float]:
+        return sorted(i.score for i in result.instances if i.prompt == prompt)
+
+    assert scores(carried, "person") == pytest.approx(scores(text_only, "person"), abs=TOLERANCE)
+    moved = np.abs(np.array(scores(carried, "red square")) - scores(text_only, "red square"))
+    assert moved.max() > 1e-3
+    only_person = sharp_segmenter(
+        later, ["person"], carried={"red square": drawn.exemplars["red square"]}, **settings
+    )
+    assert only_person.prompts == ["person"]  # a carried prompt not in the call is left out
