@@ -432,10 +432,12 @@ def test_the_box_holds_98_percent_of_the_points_on_every_axis(instance) -> None:
     high = np.array(geometry.centre) + np.array(geometry.size) / 2 + 1e-6
     held = ((points >= low) & (points <= high)).mean(axis=0)
     assert np.all(held >= 0.98), (held, geometry)
-    # The median is the points' middle (exact below the sampling budget, an even sample's above).
+    # The median is the points' middle: exact below the sampling budget; above, an even sample's,
+    # off by a rank error of about sqrt(0.25 / n), 1.1 percentile ranks at n = 2048 where depth
+    # varies pixel by pixel as here: 5 ranks allow four and a half of those.
     median = np.array(geometry.median)
-    assert np.all((points < median - 1e-6).mean(axis=0) <= 0.53), geometry
-    assert np.all((points <= median + 1e-6).mean(axis=0) >= 0.47), geometry
+    assert np.all((points < median - 1e-6).mean(axis=0) <= 0.55), geometry
+    assert np.all((points <= median + 1e-6).mean(axis=0) >= 0.45), geometry
 
 
 # --- which intrinsics: P[:3, :3] of a rectified image, K otherwise ----------------------------
