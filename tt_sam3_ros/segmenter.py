@@ -225,6 +225,11 @@ class Sam3Segmenter:
         else:
             prompts = validate_prompts(prompts, max_prompts)
         checked = exemplar_boxes.check_exemplars(boxes, prompts)
+        if (checked or box_only_carried) and not getattr(self.engine, "takes_exemplars", False):
+            raise InputError(
+                f"the {getattr(self.engine, 'name', 'current')} engine does not take exemplar boxes as "
+                "opened: use the torch engine, or the ttnn engine's host prompt path (prompt_path host)"
+            )
         if box_only and len(prompts) + 1 > max_prompts:
             raise InputError(
                 f"too many prompts: {len(prompts)} given and the box-only concept makes "

@@ -93,6 +93,11 @@ class Engine(Protocol):
         """Run the text encoder on prompt texts; returns one reusable state per prompt."""
         ...
 
+    @property
+    def takes_exemplars(self) -> bool:
+        """Whether ``encode_exemplars`` works on this engine (checked before a call's work)."""
+        return False
+
     def encode_exemplars(
         self, image_state: Any, boxes: list[np.ndarray], labels: list[np.ndarray]
     ) -> list[Any]:

@@ -235,6 +235,10 @@ class TorchEngine(Engine):
         )
         return geometry.last_hidden_state, geometry.attention_mask
 
+    @property
+    def takes_exemplars(self) -> bool:
+        return True
+
     @torch.inference_mode()
     def encode_exemplars(
         self, image_state: ImageFeatures, boxes: list[np.ndarray], labels: list[np.ndarray]

@@ -371,6 +371,11 @@ class TtnnEngine(Engine):
         """Text encoder on the prompt path (the host's by default)."""
         return self._require_prompt_path().encode_prompts(prompts)
 
+    @property
+    def takes_exemplars(self) -> bool:
+        """On the host prompt path only."""
+        return hasattr(self.prompt_path, "encode_exemplars")
+
     def encode_exemplars(
         self, image_state: Any, boxes: list[np.ndarray], labels: list[np.ndarray]
     ) -> list[Any]:
