@@ -148,7 +148,8 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         "--ttnn-prompt-path",
         default=None,
         choices=TTNN_PROMPT_PATHS,
-        help="ttnn engine: run the prompt path on the host (default) or on the chip",
+        help="ttnn engine: run the prompt path on the chip when its warm-up check against the host's "
+        "passes (auto, the default), on the host, or on the chip",
     )
 
 

@@ -37,6 +37,8 @@ class NodeView:
     prompts: tuple[str, ...]
     #: The node's fully qualified name (``/robot/sam3``), which commands in hints must use.
     fully_qualified_name: str = ""
+    #: Which prompt path serves and why (the ttnn engine's; empty for the torch engine).
+    prompt_path: str = ""
 
 
 def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
@@ -60,6 +62,7 @@ def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatu
         "device": view.device,
         "dtype": view.dtype,
         "model": view.model,
+        **({"prompt_path": view.prompt_path} if view.prompt_path else {}),
         "prompts": ", ".join(view.prompts),
         **_frame_values(stats),
     }

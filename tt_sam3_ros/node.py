@@ -816,6 +816,7 @@ class Sam3Node(LifecycleNode):
             model=engine.get("model", self.get_parameter("model_id").value),
             prompts=self._settings.prompts,
             fully_qualified_name=self.get_fully_qualified_name(),
+            prompt_path=engine.get("prompt_path", ""),
         )
 
 

@@ -17,7 +17,13 @@ from rclpy.qos import ReliabilityPolicy
 
 from tt_sam3_ros.depth import DepthLimits
 from tt_sam3_ros.depth_pairing import DepthSettings
-from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_OPTIONS, TTNN_PROMPT_PATHS
+from tt_sam3_ros.engines import (
+    DEFAULT_TTNN_PROMPT_PATH,
+    ENGINE_NAMES,
+    TTNN_DTYPE_NAMES,
+    TTNN_OPTIONS,
+    TTNN_PROMPT_PATHS,
+)
 from tt_sam3_ros.errors import InputError, quoted
 from tt_sam3_ros.pipeline import RunSettings
 from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
@@ -207,9 +213,11 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         ),
     ),
     "ttnn_prompt_path": (
-        "host",
+        DEFAULT_TTNN_PROMPT_PATH,
         _describe(
-            "ttnn engine: where the prompt path runs: host (the CPU, the torch engine's modules) or chip "
+            "ttnn engine: where the prompt path runs: auto (the chip's when its warm-up check passes: mask "
+            "logits of one frame at PCC >= 0.99 against the host path; else the host's, with the reason in "
+            "the log and on /diagnostics as prompt_path), host (the CPU, the torch engine's modules) or chip "
             "(a second trace on the p150a, nothing read back between the traces; verified off-chip only). "
             "Read at configure.",
             additional_constraints="one of: " + ", ".join(TTNN_PROMPT_PATHS),
@@ -507,7 +515,7 @@ def _depth_limits(values: dict[str, Any]) -> DepthLimits:
 
 def ttnn_options(values: dict[str, Any]) -> dict[str, Any]:
     """The ttnn engine's options for create_engine: a ttnn_* parameter's value, or None at its
-    default (the engine's own default then applies: the same value).
+    default (create_engine's default then applies: the same value).
 
     Passing only what the user changed keeps create_engine's "ttnn engine options ignored"
     warning for a user who set one while the torch engine runs.

@@ -301,6 +301,8 @@ class InferenceWorker(threading.Thread):
             segmenter = self._build()
             self.description = dict(segmenter.describe())
             segmenter.warmup()
+            # warm-up may change what serves (the ttnn engine's prompt_path auto): describe again
+            self.description = dict(segmenter.describe())
         except BaseException as error:  # reported by on_configure, which waits on ready
             self.startup_error = error
             if segmenter is not None:

@@ -13,9 +13,11 @@ a trace captured at warm-up (a second bucket costs its compile and, on its first
 capture: 16 more CPU-seconds for this module). Several prompts in one replay are checked against
 the torch engine in test/unit/ttnn/test_ttnn_prompt_path.py.
 
-The host prompt path (ttnn_prompt_path's default) is not run in a node here: the node's code is
-the same for both (the option only reaches TtnnEngine, test_ttnn_engine_options.py), and the host
-path's answers are checked against the torch engine in test/unit/ttnn/test_ttnn_engine.py.
+The host prompt path (ttnn_prompt_path host, or auto when the chip path fails its warm-up check)
+is not run in a node here: the node's code is the same for every choice (the option only reaches
+TtnnEngine, test_ttnn_engine_options.py; auto's check and fallback are test/unit/ttnn/
+test_prompt_path_auto.py), and the host path's answers are checked against the torch engine in
+test/unit/ttnn/test_ttnn_engine.py.
 """
 
 from __future__ import annotations

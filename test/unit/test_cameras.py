@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rclpy.parameter import Parameter
 
-from tt_sam3_ros.diagnostics import NodeView, camera_status
+from tt_sam3_ros.diagnostics import NodeView, camera_status, segmentation_status
 from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.node_parameters import (
     CAMERA_NAME,
@@ -81,3 +81,16 @@ def test_a_camera_status_reports_that_cameras_frames_and_level() -> None:
     assert values["output_age_ms_p50"] == "40.0" and values["processing_ms_p90"] == "12.0"
     stats.count_processed(10.0, 30.0)
     assert camera_status(VIEW, "left", stats.snapshot()).level == DiagnosticStatus.OK
+
+
+def test_the_segmentation_status_says_which_prompt_path_serves_and_why() -> None:
+    """The ttnn engine's prompt_path verdict (auto's warm-up check) is a value of the engine's
+    status; an engine that has none (torch) adds no such value."""
+    reason = "host (auto: the chip prompt path failed its warm-up check: mask logits PCC 0.4213 < 0.99)"
+    ttnn_view = NodeView(
+        "sam3", "active", "ttnn", "Blackhole p150a 0", "bfloat16", "sam3", ("car",), prompt_path=reason
+    )
+    values = {kv.key: kv.value for kv in segmentation_status(ttnn_view, FrameStats().snapshot()).values}
+    assert values["prompt_path"] == reason
+    values = {kv.key: kv.value for kv in segmentation_status(VIEW, FrameStats().snapshot()).values}
+    assert "prompt_path" not in values

@@ -69,7 +69,8 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"engine": "gpu"}, "engine must be one of auto, torch, ttnn"),
         ({"ttnn_weight_dtype": "int8"}, "ttnn_weight_dtype must be one of bfloat8_b, bfloat16, float32"),
         ({"ttnn_param_dtype": "bf16"}, "ttnn_param_dtype must be one of bfloat8_b, bfloat16, float32"),
-        ({"ttnn_prompt_path": "gpu"}, "ttnn_prompt_path must be one of host, chip"),
+        ({"ttnn_prompt_path": "gpu"}, "ttnn_prompt_path must be one of auto, host, chip"),
+        ({"ttnn_prompt_path": "auto"}, ""),
         ({"transport": "theora"}, "transport must be one of raw, compressed"),
         ({"qos_reliability": "RELIABLE"}, "qos_reliability must be one of best_effort, reliable"),
         ({"depth_min_m": 2.0, "depth_max_m": 1.0}, "depth_max_m must be finite and above depth_min_m"),
@@ -281,6 +282,12 @@ def test_ttnn_parameter_defaults_are_the_ttnn_engines_own() -> None:
     engine_defaults = {
         name: parameter.default for name, parameter in inspect.signature(TtnnEngine).parameters.items()
     }
-    for option in ("weight_dtype", "param_dtype", "prompt_path"):
+    for option in ("weight_dtype", "param_dtype"):
         assert PARAMETERS[f"ttnn_{option}"][0] == engine_defaults[option], option
+    # prompt_path: the factory's default (create_engine, which the node calls with None at the
+    # default) is auto; TtnnEngine's own stays host, the part without a check.
+    from tt_sam3_ros.engines import DEFAULT_TTNN_PROMPT_PATH
+
+    assert PARAMETERS["ttnn_prompt_path"][0] == DEFAULT_TTNN_PROMPT_PATH == "auto"
+    assert engine_defaults["prompt_path"] == "host"
     assert PARAMETERS["ttnn_weight_cache"][0] == "" and engine_defaults["weight_cache"] is None

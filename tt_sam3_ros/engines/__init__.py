@@ -39,9 +39,14 @@ ENGINE_NAMES = ("auto", "torch", "ttnn")
 TTNN_DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
 #: The ttnn engine's options that callers (node, CLI) may pass through create_engine.
 TTNN_OPTIONS = ("weight_cache", "weight_dtype", "param_dtype", "prompt_path")
-#: Where the ttnn engine runs the prompt path: on the host CPU (the torch engine's modules) or on
-#: the chip as a second trace (ttnn_model/prompt_path.py).
-TTNN_PROMPT_PATHS = ("host", "chip")
+#: Where the ttnn engine runs the prompt path: auto (the chip's when its warm-up check against the
+#: host's passes, else the host's: ttnn_model/prompt_check.py), on the host CPU (the torch
+#: engine's modules) or on the chip as a second trace (ttnn_model/prompt_path.py).
+TTNN_PROMPT_PATHS = ("auto", "host", "chip")
+#: The prompt path the factory (create_engine: the node, the CLI, Sam3Segmenter.from_pretrained)
+#: gives the ttnn engine when none is named; TtnnEngine's own default stays "host", the part
+#: without a check.
+DEFAULT_TTNN_PROMPT_PATH = "auto"
 #: Where the Tenstorrent kernel driver exposes its chips.
 TENSTORRENT_DEVICE_DIR = Path("/dev/tenstorrent")
 
@@ -121,8 +126,9 @@ def create_engine(
 ) -> Engine:
     """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model.
 
-    ``ttnn_options`` (names in TTNN_OPTIONS; None values mean the engine's default) go to the
-    ttnn engine; the torch engine has no use for them, and says so once when any is set.
+    ``ttnn_options`` (names in TTNN_OPTIONS; None values mean the engine's default, except
+    prompt_path: DEFAULT_TTNN_PROMPT_PATH) go to the ttnn engine; the torch engine has no use for
+    them, and says so once when any is set.
     ``max_prompts``: the most prompts one frame will carry; the ttnn engine sizes its chip prompt
     path's traces for it (the torch engine takes any count up to MAX_PROMPTS). ``max_instances``:
     the most instances a call will ask for; the ttnn engine's chip prompt path keeps that many
@@ -143,6 +149,7 @@ def create_engine(
         except ImportError as error:
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
         sizes = {"max_prompts": max_prompts, "max_instances": max_instances}
+        options.setdefault("prompt_path", DEFAULT_TTNN_PROMPT_PATH)
         return TtnnEngine(model, tokenizer, device_id, dtype, **sizes, **options)
     from .torch_engine import TorchEngine
 

@@ -41,7 +41,7 @@ import torch
 from ..prompts import MAX_PROMPTS, check_max_prompts
 from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from .base import DecodedBatch, Engine, EngineError
-from .ttnn_model import neck
+from .ttnn_model import neck, prompt_check
 from .ttnn_model.config import ImagePathConfig
 from .ttnn_model.device import (
     COMMAND_QUEUES,
@@ -154,8 +154,9 @@ class TtnnEngine(Engine):
             worker, tt-metal's Blackhole default), "worker", or "ethernet" (tried, with a fallback
             to worker dispatch); see open_blackhole.
         prompt_path: "host" (default: host_prompt_path(model, tokenizer, dtype)), "chip" (the
-            ported stages on the chip, the rest on the host: ttnn_model/prompt_path.py), or a
-            PromptPath object.
+            ported stages on the chip, the rest on the host: ttnn_model/prompt_path.py), "auto"
+            (the chip's when its warm-up check passes, else the host's: prompt_check.py; the
+            verdict is in prompt_path_status and describe()), or a PromptPath object.
         max_prompts: the most prompts one decode takes, 1..16 (the chip prompt path compiles one
             trace per prompt-count bucket 1, 2, 4, ... up to it at warm-up, so a smaller value
             starts faster and holds less of the trace region).
@@ -210,6 +211,9 @@ class TtnnEngine(Engine):
         self._weight_dtype_name = weight_dtype
         self._closed = False
         self.prompt_path: PromptPath | None = None
+        #: Which prompt path serves and why, in words (describe()'s "prompt_path").
+        self.prompt_path_status = prompt_path if isinstance(prompt_path, str) else "given"
+        self._auto_pending = prompt_path == "auto"
         # The frame prefetch() staged (the caller's array, and its host tensor kept alive until
         # the upload is consumed): the next encode_image of that array replays without uploading.
         self._prefetched: tuple[np.ndarray, Any] | None = None
@@ -258,10 +262,10 @@ class TtnnEngine(Engine):
             return choice
         if choice == "host":
             return host_prompt_path(model, tokenizer, dtype)
-        if choice == "chip":
+        if choice in ("chip", "auto"):
             host = host_prompt_path(model, tokenizer, "float32")
             return ChipPromptPath(self.ttnn, self.image_encoder, model, host, max_prompts, max_instances)
-        raise EngineError(f"prompt_path {choice!r} is not one of host, chip, or a PromptPath")
+        raise EngineError(f"prompt_path {choice!r} is not one of auto, host, chip, or a PromptPath")
 
     # the parts, for tests and tools --------------------------------------------------------------
     @property
@@ -296,6 +300,7 @@ class TtnnEngine(Engine):
             f"{self.dispatch} dispatch, {self.image_encoder.command_queues} command queues",
             "dtype": f"image path: {self._weight_dtype_name} weights, bfloat16 activations; "
             f"prompt path on {prompt['device'].split(' ')[0]} ({prompt['dtype']})",
+            "prompt_path": self.prompt_path_status,
             "ttnn": self.version,
         }
 
@@ -411,9 +416,33 @@ class TtnnEngine(Engine):
         """
         self.compile_prompt_path()
         pixels = self.warmup_image_path()
+        if self._auto_pending:
+            self.choose_prompt_path()
         # one instance: a chip prompt path reads back its kept rows only, as on most frames
         decoded = self.decode(self.encode_image(pixels), self.encode_prompts(["object"]), max_instances=1)
         self.fetch_masks(decoded, np.array([0]), np.array([int(np.argmax(decoded.logits[0]))]))
+
+    def choose_prompt_path(self) -> prompt_check.PromptPathCheck:
+        """prompt_path="auto": check the chip prompt path against the host's on one frame and
+        keep it when it passes, else serve the host's (the chip path's device buffers freed).
+        Needs the image path warmed up (warmup_image_path) and the chip path compiled."""
+        chip = self._require_prompt_path()
+        if not isinstance(chip, ChipPromptPath):
+            raise EngineError("choose_prompt_path needs the chip prompt path (prompt_path 'auto')")
+        outputs = self._run_image_path(prompt_check.check_frame(self.config.image_side))
+        verdict = prompt_check.compare(outputs, self._vision_output(outputs), chip, chip.host)
+        self._auto_pending = False
+        if verdict.passed:
+            self.prompt_path_status = f"chip (auto: warm-up check passed, {verdict.reason})"
+            LOG.info("prompt path: %s", self.prompt_path_status)
+        else:
+            self.prompt_path_status = (
+                f"host (auto: the chip prompt path failed its warm-up check: {verdict.reason})"
+            )
+            LOG.warning("prompt path: %s", self.prompt_path_status)
+            self.prompt_path = chip.host
+            chip.release_device()
+        return verdict
 
     def compile_prompt_path(self) -> None:
         """Before the image trace is captured, compile every program the chip prompt path can

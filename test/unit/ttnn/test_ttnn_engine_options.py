@@ -62,9 +62,17 @@ def test_create_engine_puts_the_prompt_path_where_asked(ttnn_installed, tiny_mod
     with create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "chip"}) as engine:
         assert isinstance(engine.prompt_path, ChipPromptPath)
         assert "prompt path on chip" in engine.describe()["dtype"]
-    with create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": None}) as engine:
-        assert isinstance(engine.prompt_path, TorchEngine)  # the default: the host
-    with pytest.raises(EngineError, match="prompt_path 'gpu' is not one of host, chip"):
+    with create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "host"}) as engine:
+        assert isinstance(engine.prompt_path, TorchEngine)
+        assert engine.describe()["prompt_path"] == "host"
+    with create_engine(
+        "ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": None}, max_prompts=1
+    ) as engine:
+        assert isinstance(
+            engine.prompt_path, ChipPromptPath
+        )  # the default, auto: chip until warm-up checks it
+        assert engine.describe()["prompt_path"] == "auto"
+    with pytest.raises(EngineError, match="prompt_path 'gpu' is not one of auto, host, chip"):
         create_engine("ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "gpu"})
 
 
@@ -76,7 +84,7 @@ def test_the_cli_reads_where_the_prompt_path_runs() -> None:
     parser = argparse.ArgumentParser()
     cli._model_arguments(parser)
     assert cli._ttnn_options(parser.parse_args(["--ttnn-prompt-path", "chip"]))["prompt_path"] == "chip"
-    assert cli._ttnn_options(parser.parse_args([]))["prompt_path"] is None  # the engine's default
+    assert cli._ttnn_options(parser.parse_args([]))["prompt_path"] is None  # the factory's default: auto
     with pytest.raises(SystemExit):
         parser.parse_args(["--ttnn-prompt-path", "gpu"])
 

@@ -280,7 +280,14 @@ class ChipPromptPath:
         return picked[prompt_index, rows].reshape(len(rows), side, side)
 
     def close(self) -> None:
-        """Free the device buffers and weights (the chip itself is the image encoder's)."""
+        """Free the device buffers and weights (the chip itself is the image encoder's), then
+        the host path."""
+        self.release_device()
+        self.host.close()
+
+    def release_device(self) -> None:
+        """Free the device buffers, traces and weights, keeping the host path (which an engine
+        that falls back to it goes on serving). Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -298,7 +305,6 @@ class ChipPromptPath:
         ]:
             if tensor is not None and tensor.device() is not None:
                 self.ttnn.deallocate(tensor)
-        self.host.close()
 
     # what crosses PCIe -----------------------------------------------------------------------------
     def _kept_queries(self, outputs: PromptOutputs, count: int) -> DecodedBatch:
