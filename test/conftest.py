@@ -2,12 +2,30 @@
 
 `make test` already runs pytest through tools/ros_sandbox.sh; these defaults cover a
 plain `pytest` call, and every child process the tests start inherits them.
+
+test/support (the suite's helpers: frames, compare, random_weights, the ttnn emulator) is put
+on sys.path here, so any test imports them by module name.
+
+Property tests run under one hypothesis profile, loaded here: no per-example deadline (a loaded
+CI machine makes any wall-clock bound flaky) and no too-slow health check; a test file sets only
+how many examples it wants.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ["ROS_LOCALHOST_ONLY"] = "1"

@@ -6,6 +6,11 @@ in tests and in ``--model tiny-random``, on the exact classes the real model use
 Only the widths and depths shrink: the input stays 1008x1008 (72x72 patches,
 24x24 windows) and the masks 288x288, so every shape outside the model is real.
 
+Meaningless is not constant: its weights are drawn at a gain that keeps activations alive
+through every layer, so its scores, boxes, presence and logits depend on the image and the
+prompt as a trained model's do (at transformers' 0.02 initialisation every score sat at 0.25
+whatever the frame, and a test comparing them could not see which image was used).
+
 The tokenizer is the real CLIP BPE (49408 tokens), rebuilt from the vocabulary file
 that the open-clip-torch package ships (a run-time requirement), so no download is needed;
 the loaders also use it for weights that come without tokenizer files (Meta's sam3.pt).
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING
 from .engines.base import TEXT_CONTEXT
 
 if TYPE_CHECKING:
+    import torch
     from transformers import CLIPTokenizer, Sam3Config, Sam3Model
 
 #: The name users pass (``--model tiny-random``, ``model_id:=tiny-random``).
@@ -58,8 +64,25 @@ def tiny_sam3_config() -> Sam3Config:
     return config
 
 
+#: Standard deviation of a layer's weights times sqrt(fan_in): above 1 so that residual streams,
+#: attention and the presence/score heads stay sensitive to their input after several layers.
+WEIGHT_GAIN = 1.25
+#: Standard deviation of biases, of the norms' weights around 1 and of their biases around 0.
+BIAS_STD = 0.1
+NORM_STD = 0.2
+#: Standard deviation of embedding tables (tokens, queries, positions of the prompt path): at 0.02
+#: the text features hardly depend on the prompt and the queries on nothing.
+EMBEDDING_STD = 1.0
+#: Scale of the box head's last layer: a trained head refines each reference box by small steps;
+#: at full gain every box collapsed to zero height.
+BOX_STEP_SCALE = 0.1
+
+
 def build_tiny_sam3(seed: int = 0) -> Sam3Model:
-    """The tiny model with weights drawn from ``seed``: the same seed gives the same weights."""
+    """The tiny model with weights drawn from ``seed``: the same seed gives the same weights.
+
+    Seed 0 (what ``tiny-random`` serves) is the one whose image sensitivity the tests check.
+    """
     import torch
     from transformers import Sam3Model
 
@@ -69,7 +92,41 @@ def build_tiny_sam3(seed: int = 0) -> Sam3Model:
         model = Sam3Model(tiny_sam3_config())
     finally:
         torch.random.set_rng_state(generator_state)
+    _draw_live_weights(model, torch.Generator().manual_seed(seed))
     return model.eval()
+
+
+def _fan_in(module: torch.nn.Module) -> int:
+    """Inputs that sum into one output of a Linear, Conv2d or ConvTranspose2d."""
+    import torch
+
+    weight = module.weight
+    if isinstance(module, torch.nn.ConvTranspose2d):  # weight is (in, out, kh, kw)
+        return weight.shape[0] * weight[0, 0].numel()
+    return weight[0].numel()
+
+
+def _draw_live_weights(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Re-draw every layer, norm and embedding of ``model`` in place from ``generator``."""
+    import torch
+
+    layers = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.ConvTranspose2d)
+    norms = (torch.nn.LayerNorm, torch.nn.GroupNorm)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, layers):
+                std = WEIGHT_GAIN / _fan_in(module) ** 0.5
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
+                if module.bias is not None:
+                    module.bias.copy_(torch.randn(module.bias.shape, generator=generator) * BIAS_STD)
+            elif isinstance(module, norms):
+                module.weight.copy_(1 + NORM_STD * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(NORM_STD * torch.randn(module.bias.shape, generator=generator))
+            elif isinstance(module, torch.nn.Embedding):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * EMBEDDING_STD)
+        box_step = model.detr_decoder.box_head.layer3
+        box_step.weight.mul_(BOX_STEP_SCALE)
+        box_step.bias.mul_(BOX_STEP_SCALE)
 
 
 def _bpe_vocabulary_path() -> Path:

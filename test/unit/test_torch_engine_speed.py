@@ -35,20 +35,57 @@ def test_masks_of_mixed_prompts_come_back_in_the_order_asked(decoded_pair) -> No
     np.testing.assert_allclose(picked, every[prompt_index, query_index], atol=1e-5)
 
 
+#: encode_image and image_features(vision) run the same float32 ops: anything above rounding is a
+#: different computation.
+SAME_ATOL = 1e-5
+#: The least change of each output (logits, boxes, presence, masks) when the features come from
+#: another frame; the tiny model's answers depend on the image (test_tiny_model.py).
+OTHER_FRAME_CHANGE = 0.05
+
+
+def _answers(engine, image_state, prompts) -> dict[str, np.ndarray]:
+    """The image features the prompt path kept and what it decodes from them, every query's mask."""
+    decoded = engine.decode(image_state, prompts)
+    count, queries = decoded.logits.shape
+    every = np.repeat(np.arange(count), queries), np.tile(np.arange(queries), count)
+    return {
+        **{f"fpn_{k}": f.numpy() for k, f in enumerate(image_state.vision.fpn_hidden_states)},
+        "class_token": image_state.class_token.numpy(),
+        "after_self_attention": image_state.after_self_attention.numpy(),
+        "logits": decoded.logits,
+        "boxes": decoded.boxes,
+        "presence": decoded.presence,
+        "masks": engine.fetch_masks(decoded, *every),
+    }
+
+
+def _largest_differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, float]:
+    return {name: float(np.abs(a[name] - b[name]).max()) for name in a}
+
+
 def test_image_features_from_vision_equal_encode_image(decoded_pair, tiny_model) -> None:
-    """What the ttnn engine feeds in (vision features) gives the same prompt path as encode_image."""
+    """What the ttnn engine feeds in (vision features) gives the same prompt path as encode_image:
+    the same feature maps, class token, logits, boxes, presence and masks. Negative control: the
+    vision features of another frame change every one of them."""
     import torch
+    from frames import random_frame
 
     engine, _ = decoded_pair
-    image = np.random.default_rng(3).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
-    direct = engine.encode_image(image)
-    with torch.inference_mode():
-        vision = tiny_model.get_vision_features(pixel_values=torch.from_numpy(preprocess.normalise(image)))
-    built = engine.image_features(vision)
+    image, other = (preprocess.resize_to_model(random_frame(seed)) for seed in (3, 4))
+
+    def from_vision(pixels: np.ndarray):
+        with torch.inference_mode():
+            vision = tiny_model.get_vision_features(
+                pixel_values=torch.from_numpy(preprocess.normalise(pixels))
+            )
+        return engine.image_features(vision)
+
     prompts = engine.encode_prompts(["car"])
-    np.testing.assert_allclose(
-        engine.decode(built, prompts).logits, engine.decode(direct, prompts).logits, atol=1e-6
-    )
+    direct = _answers(engine, engine.encode_image(image), prompts)
+    same = _largest_differences(_answers(engine, from_vision(image), prompts), direct)
+    control = _largest_differences(_answers(engine, from_vision(other), prompts), direct)
+    assert max(same.values()) <= SAME_ATOL, same
+    assert min(control.values()) >= OTHER_FRAME_CHANGE, control
 
 
 def test_compiling_is_refused_off_cuda(tiny_model, tokenizer) -> None:
