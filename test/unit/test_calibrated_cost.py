@@ -76,7 +76,7 @@ def ops(draw):
     return op(kind, [x], [draw(tensors())])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(ops(), st.sampled_from((110, 120)))
 def test_calibrated_never_beats_the_roofline(priced, grid):
     """Every efficiency is at most 1 and the grid at most the roofline's peak per core: no op can

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -326,7 +326,7 @@ def depth_frames(draw):
     return labels, pixels
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(frame=depth_frames(), min_points=st.integers(1, 5), stride=st.integers(1, 4))
 def test_any_depth_gives_finite_answers_or_none(frame, min_points: int, stride: int) -> None:
     labels, pixels = frame
@@ -418,7 +418,7 @@ def skewed_instances(draw):
     return labels, z.astype(np.float32)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(skewed_instances())
 def test_the_box_holds_98_percent_of_the_points_on_every_axis(instance) -> None:
     labels, pixels = instance

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tt_sam3_ros.errors import InputError
@@ -111,7 +111,7 @@ box = st.builds(
     st.booleans(),
     st.sampled_from([None, "", "car", "person", "bus", " car"]),
 )
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=300)
 
 
 @PROPERTY
@@ -151,7 +151,7 @@ plausible_box = st.builds(
 )
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8)
 @given(boxes=st.lists(plausible_box, min_size=1, max_size=4))
 @example(boxes=[Exemplar((5, 5, 40, 30)), Exemplar((-9, 1, 20, 80), positive=False, prompt="car")])
 def test_the_segmenter_answers_or_refuses_any_boxes(segmenter, boxes) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from sensor_msgs.msg import CompressedImage, Image
 
@@ -30,7 +30,7 @@ if str(SUPPORT) not in sys.path:
 
 from image_bombs import traced_peak  # noqa: E402
 
-PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=100)
 #: Bytes of bookkeeping (headers, Python objects) allowed on top of the pixels an input declares.
 ALLOCATION_SLACK = 1 << 20
 
@@ -252,7 +252,7 @@ def test_compressed_payloads_decode_within_their_declared_size_or_are_refused(da
     assert min(outcome.shape[:2]) >= MIN_IMAGE_SIDE and max(outcome.shape[:2]) <= 4096
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.sampled_from([".png", ".jpg"]), st.integers(2, 300), st.integers(2, 300), st.integers(0, 99))
 def test_declared_size_is_the_size_opencv_decodes(extension: str, height: int, width: int, seed: int) -> None:
     data = _encoded(extension, height, width, seed)

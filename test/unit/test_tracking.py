@@ -213,7 +213,7 @@ def test_a_stamp_that_is_not_a_number_is_refused() -> None:
         InstanceTracker().update(frame(), float("nan"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.integers(0, 30),
     st.integers(0, 30),
@@ -247,7 +247,7 @@ _object = st.tuples(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     st.lists(st.tuples(st.floats(0.0, 0.6), st.lists(_object, max_size=12)), min_size=1, max_size=25),
     st.floats(0.05, 1.0),
