@@ -9,10 +9,22 @@ import time
 from pathlib import Path
 
 import pytest
+from ttnn_env import cannot_run
 
-in_sandbox = pytest.mark.skipif(
-    not os.environ.get("TT_SAM3_IN_NETNS"), reason="not started through tools/ros_sandbox.sh as root"
-)
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX = REPO / "tools" / "ros_sandbox.sh"
+
+
+@pytest.fixture
+def in_sandbox() -> None:
+    """Only inside tools/ros_sandbox.sh's private network namespace; elsewhere skipped, and on CI
+    failed: a CI run that cannot confine discovery must not pass."""
+    if not os.environ.get("TT_SAM3_IN_NETNS"):
+        cannot_run(
+            "discovery confinement not checked: not started through tools/ros_sandbox.sh as root "
+            "(no private network namespace)"
+        )
+
 
 # A ROS 2 participant that publishes for a few seconds, as the suite's node processes do.
 _PARTICIPANT = (
@@ -47,7 +59,7 @@ def _udp_sockets(pid: int) -> list[str]:
     return found
 
 
-@in_sandbox
+@pytest.mark.usefixtures("in_sandbox")
 def test_a_child_process_dds_sockets_live_where_only_loopback_exists() -> None:
     child = subprocess.Popen([sys.executable, "-c", _PARTICIPANT], env=dict(os.environ))
     try:
@@ -63,7 +75,50 @@ def test_a_child_process_dds_sockets_live_where_only_loopback_exists() -> None:
         child.wait()
 
 
-@in_sandbox
+@pytest.mark.usefixtures("in_sandbox")
 def test_only_loopback_exists_in_the_sandbox() -> None:
     interfaces = _interfaces("self")
     assert interfaces == ["lo"], f"network interfaces visible to the suite: {interfaces}"
+
+
+def test_without_root_the_sandbox_pins_discovery_to_localhost(tmp_path: Path) -> None:
+    """The fallback where no private namespace can be made (not root): discovery pinned to
+    localhost, a domain id in 1..100, a line saying so, and the command run with its exit status.
+    An `id` that answers a normal user's uid stands in for not being root."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "id").write_text("#!/bin/sh\necho 1000\n")
+    (fake_bin / "id").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROS_") and k != "TT_SAM3_IN_NETNS"}
+    env["PATH"] = f"{fake_bin}{os.pathsep}{env.get('PATH', '')}"
+    show = "import os, sys; print(os.environ.get(sys.argv[1], '')); sys.exit(3)"
+    answers = {}
+    for name in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "ROS_DOMAIN_ID", "TT_SAM3_IN_NETNS"):
+        done = subprocess.run(
+            [str(SANDBOX), sys.executable, "-c", show, name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 3, done.stderr
+        assert "no private network namespace; discovery pinned to localhost" in done.stderr
+        answers[name] = done.stdout.strip()
+    assert answers["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert answers["ROS_LOCALHOST_ONLY"] == "1"
+    assert 1 <= int(answers["ROS_DOMAIN_ID"]) <= 100
+    assert answers["TT_SAM3_IN_NETNS"] == ""
+
+
+def test_the_sandbox_keeps_a_domain_id_it_is_given(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TT_SAM3_IN_NETNS"}
+    env["ROS_DOMAIN_ID"] = "42"
+    done = subprocess.run(
+        [str(SANDBOX), sys.executable, "-c", "import os; print(os.environ['ROS_DOMAIN_ID'])"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "42"

@@ -15,21 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from ttnn_env import ttnn_python
 
 REPO = Path(__file__).resolve().parents[3]
-TTNN_VENV = REPO / ".venv-ttnn"
 TOOL = REPO / "tools" / "ttnn_conformance.py"
 SAMPLE = Path(__file__).parent / "fixtures" / "conformance_sample.py"
 
 
 def _ttnn_python() -> Path:
-    skipped = TTNN_VENV / "SKIPPED"
-    if skipped.exists():
-        pytest.skip(f"ttnn conformance not checked: {skipped.read_text().strip()}")
-    python = TTNN_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no .venv-ttnn: run `make ttnn-env` (make test does)")
-    return python
+    return ttnn_python("ttnn conformance")
 
 
 def _run(tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:

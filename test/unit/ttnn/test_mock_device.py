@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ttnn_env import cannot_run, ttnn_python
 
 REPO = Path(__file__).resolve().parents[3]
-TTNN_VENV = REPO / ".venv-ttnn"
 RUNNER = REPO / "tools" / "ttnn_mock" / "image_path.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import manifest, toolchain  # noqa: E402 - tools/ is not a package root
@@ -37,13 +37,7 @@ RUN_TIMEOUT_S = 300
 
 
 def _ttnn_python() -> Path:
-    skipped = TTNN_VENV / "SKIPPED"
-    if skipped.exists():
-        pytest.skip(f"mock p150a not run: {skipped.read_text().strip()}")
-    python = TTNN_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no .venv-ttnn: run `make ttnn-env` (make test does)")
-    return python
+    return ttnn_python("mock p150a")
 
 
 def run_mock(manifest_path: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -57,7 +51,7 @@ def run_mock(manifest_path: Path, out: Path, *args: str) -> tuple[subprocess.Com
     )
     report = json.loads(out.read_text()) if out.exists() else {}
     if "unavailable" in report:
-        pytest.skip(f"mock p150a not run: {report['unavailable']}")
+        cannot_run(f"mock p150a not run: {report['unavailable']}")
     return done, report
 
 
@@ -159,7 +153,7 @@ def test_attention_chunk_sizes_as_the_real_library_judges_them(tmp_path):
     )
     result = json.loads(out.read_text()) if out.exists() else {}
     if "unavailable" in result:
-        pytest.skip(f"mock p150a not run: {result['unavailable']}")
+        cannot_run(f"mock p150a not run: {result['unavailable']}")
     assert done.returncode == 0 and result["ok"], done.stderr[-2000:]
     rows = {(r["shape"], *r["chunks"]): r for r in result["rows"]}
     for shape in ("windowed", "global"):

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ttnn_env import cannot_run, ttnn_python
 
 REPO = Path(__file__).resolve().parents[3]
 RUNNER = REPO / "tools" / "ttnn_mock" / "prompt_layers.py"
@@ -50,12 +51,7 @@ MODULES = {
 
 
 def _ttnn_python() -> Path:
-    venv = REPO / ".venv-ttnn"
-    if (venv / "SKIPPED").exists():
-        pytest.skip(f"mock p150a not run: {(venv / 'SKIPPED').read_text().strip()}")
-    if not (venv / "bin" / "python").exists():
-        pytest.skip("no .venv-ttnn: run `make ttnn-env` (make test does)")
-    return venv / "bin" / "python"
+    return ttnn_python("mock p150a")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +85,7 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     )
     report = json.loads(out.read_text()) if out.exists() else {}
     if "unavailable" in report:
-        pytest.skip(f"mock p150a not run: {report['unavailable']}")
+        cannot_run(f"mock p150a not run: {report['unavailable']}")
     assert done.returncode == 0 and report["ok"], (report, done.stderr[-2000:])
     assert report["grid"] == expected_grid
     assert set(report["modules"]) == MODULES

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from ttnn_env import ttnn_package
 
 from tt_sam3_ros.engines.base import EngineError
 
@@ -67,10 +68,7 @@ def test_the_probe_reads_the_installed_wheels_descriptor_as_cannot_open():
     tt-metal review)."""
     from tt_sam3_ros.engines.ttnn_model.device import ethernet_dispatch_probe
 
-    packages = sorted(REPO.glob(".venv-ttnn/lib/python3.*/site-packages/ttnn"))
-    if not packages:
-        pytest.skip("no .venv-ttnn with the real ttnn wheel (make ttnn-env makes it)")
-    opens, reason = ethernet_dispatch_probe(None, roots=[packages[0]])
+    opens, reason = ethernet_dispatch_probe(None, roots=[ttnn_package()])
     assert not opens and "lists 14 Ethernet dispatch cores" in reason and "at most 12" in reason
 
 
