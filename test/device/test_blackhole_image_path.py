@@ -20,6 +20,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from compare import pcc
+from frames import random_frame
 
 pytestmark = pytest.mark.device
 
@@ -33,14 +35,9 @@ IMAGE_PATH_FLOOR_MS = 16.0
 WORKER_GRIDS = {(13, 10), (12, 10), (11, 10)}
 
 
-def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
-
-
 def pixels(seed: int) -> np.ndarray:
     """A random resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
-    return np.random.default_rng(seed).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    return random_frame(seed, (1008, 1008))
 
 
 def normalised(image: np.ndarray) -> torch.Tensor:

@@ -32,6 +32,8 @@ import types
 import numpy as np
 import pytest
 import torch
+from compare import pcc
+from frames import random_frame
 from test_blackhole_image_path import IMAGE_PATH_FLOOR_MS, IMAGE_PATH_GOAL_MS
 
 pytestmark = pytest.mark.device
@@ -62,13 +64,9 @@ PROMPTS = ["car", "person", "tree", "dog"]
 TOP_QUERIES = 4
 
 
-def pcc(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.corrcoef(np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64))[0, 1])
-
-
 def pixels(seed: int) -> np.ndarray:
     """A random resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
-    return np.random.default_rng(seed).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    return random_frame(seed, (1008, 1008))
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +229,7 @@ def frame_to_mask_ms(chip) -> float:
     from tt_sam3_ros.segmenter import Sam3Segmenter
 
     segmenter = Sam3Segmenter(chip)
-    frame = np.random.default_rng(0).integers(0, 256, (1080, 1920, 3), dtype=np.uint8)
+    frame = random_frame(0, (1080, 1920))
     segmenter(frame, PROMPTS[:1], threshold=0.0, max_instances=10)
     times = []
     for _ in range(10):

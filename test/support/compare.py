@@ -10,7 +10,7 @@ import numpy as np
 def _flat(values: Any) -> np.ndarray:
     """numpy arrays and torch tensors (any dtype or device) as one float64 vector."""
     if hasattr(values, "detach"):
-        values = values.detach().float().cpu().numpy()
+        values = values.detach().cpu().double().numpy()
     return np.ravel(np.asarray(values, dtype=np.float64))
 
 

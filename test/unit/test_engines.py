@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from frames import random_frame
 
 from tt_sam3_ros import engines
 from tt_sam3_ros.engines import EngineError, choose_engine, create_engine
@@ -84,7 +85,7 @@ def test_wrong_input_shape_is_refused(tiny_model, tokenizer) -> None:
 def test_bf16_runs_and_stays_close_to_fp32(tiny_model, tokenizer) -> None:
     import copy
 
-    pixels = np.random.default_rng(0).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    pixels = random_frame(0, (1008, 1008))
     outputs = {}
     for dtype in ("float32", "bfloat16"):
         engine = TorchEngine(copy.deepcopy(tiny_model), tokenizer, dtype=dtype)

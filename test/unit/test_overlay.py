@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from frames import random_frame
 from PIL import Image
 
 from tt_sam3_ros.overlay import draw_overlay, instance_colour
@@ -30,7 +31,7 @@ def instance(score: float, rows: slice, cols: slice) -> Instance:
 
 
 def test_mask_pixels_are_blended_with_their_instance_colour() -> None:
-    image = np.random.default_rng(0).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+    image = random_frame(0, (120, 160))
     result = SegmentationResult(
         (120, 160),
         ["car"],

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import rclpy.node
 from diagnostic_msgs.msg import DiagnosticArray
+from frames import random_frame
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue, SetParametersResult
@@ -81,7 +82,7 @@ def stamp_now(msg: Any) -> int:
 
 def scene(seed: int, width: int = 96, height: int = 64) -> np.ndarray:
     """A textured uint8 RGB (height, width, 3) picture; the same seed gives the same picture."""
-    return np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    return random_frame(seed, (height, width))
 
 
 def make_image(rgb: np.ndarray, encoding: str = "rgb8") -> Image:

@@ -7,11 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-
-
-def _pcc(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+from compare import pcc as _pcc
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compare import pcc
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,11 +23,6 @@ HIDDEN, HEADS, INTERMEDIATE, SIDE = 32, 2, 64, 8
 IMAGE_TOKENS = SIDE * SIDE
 TOKENS = 32  # prompt tokens padded to a tile
 MAX_PROMPTS = 4
-
-
-def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
 def prompts(seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:

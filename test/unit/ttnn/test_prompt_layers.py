@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compare import pcc
 from random_weights import randomise
 
 PCC_GATE = 0.99
 #: Prompt tokens as the model sees them: 32 text tokens and the geometry encoder's class token.
 PROMPT_TOKENS = 33
-
-
-def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
 def prompt_validity(tokens: int = PROMPT_TOKENS, text: int = 20, batch: int = 1) -> torch.Tensor:

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 from compare import pcc
+from frames import random_frame
 
 PCC_GATE = 0.99
 
 
 def random_pixels(seed: int) -> np.ndarray:
     """A resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
-    return np.random.default_rng(seed).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    return random_frame(seed, (1008, 1008))
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,10 @@ import time
 
 import pytest
 import torch
+from compare import pcc
 
 PCC_GATE = 0.995
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
-
-
-def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
 def _sharpen(model: torch.nn.Module, generator: torch.Generator) -> None:

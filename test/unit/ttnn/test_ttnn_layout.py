@@ -4,9 +4,9 @@ the RoPE order."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from frames import random_frame
 
 from tt_sam3_ros import preprocess
 from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings, window_order
@@ -63,7 +63,7 @@ def uploaded(ttnn):
 
     device = ttnn.open_device(device_id=0, l1_small_size=32768, trace_region_size=1 << 20)
     settings = device_settings(ttnn, device)
-    image = np.random.default_rng(0).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    image = random_frame(0, (1008, 1008))
     raw = ttnn.from_torch(
         torch.from_numpy(image).reshape(CONFIG.input_shape),
         dtype=ttnn.uint8,

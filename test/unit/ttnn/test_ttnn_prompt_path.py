@@ -27,6 +27,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from compare import pcc
+from frames import random_frame
 from random_weights import randomise_prompt_path
 
 from tt_sam3_ros.engines.ttnn_model.prompt_path import COARSE
@@ -44,10 +46,6 @@ TOP_QUERIES = 4
 NUMERIC_GAP = "numeric gap of the emulated chip prompt path on the image-sensitive tiny model: {}"
 
 
-def pcc(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.corrcoef(a.ravel().astype(np.float64), b.ravel().astype(np.float64))[0, 1])
-
-
 @pytest.fixture(scope="module")
 def sharp_prompt_model(tiny_model):
     model = copy.deepcopy(tiny_model)
@@ -57,7 +55,7 @@ def sharp_prompt_model(tiny_model):
 
 def pixels() -> np.ndarray:
     """A random resized frame as every engine takes it: uint8 (1008, 1008, 3)."""
-    return np.random.default_rng(3).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    return random_frame(3, (1008, 1008))
 
 
 def decoded(engine, prompts: list[str], best: np.ndarray | None = None) -> dict[str, np.ndarray]:
