@@ -27,8 +27,10 @@ ttnn-env:
 	@bash tools/bootstrap_ttnn.sh
 
 # Everything the suite starts runs with ROS 2 discovery confined to this machine.
+# A test with no assertion fails the run before pytest starts (tools/check_test_assertions.py).
 test: lint ttnn-env
 	$(SANDBOX) $(PY) tools/gen_docs.py --check
+	$(PY) tools/check_test_assertions.py
 	$(SANDBOX) $(PY) -m pytest $(ARGS)
 
 run: setup

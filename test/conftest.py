@@ -6,6 +6,8 @@ plain `pytest` call, and every child process the tests start inherits them.
 test/support (the suite's helpers: frames, compare, random_weights, the ttnn emulator) is put
 on sys.path here, so any test imports them by module name.
 
+`--reverse` runs the collected tests backwards (order independence).
+
 Property tests run under one hypothesis profile, loaded here: no per-example deadline (a loaded
 CI machine makes any wall-clock bound flaky) and no too-slow health check; a test file sets only
 how many examples it wants.
@@ -18,6 +20,7 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -33,3 +36,19 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
 # Nothing in the suite may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse",
+        action="store_true",
+        help="run the collected tests in reverse order: a test that leans on another's side effects "
+        "(a fixture it closes, state it leaves) fails",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--reverse: after pytest has grouped the tests by their fixtures, reverse the whole order."""
+    if config.getoption("--reverse"):
+        items.reverse()
