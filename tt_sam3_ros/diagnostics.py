@@ -39,6 +39,8 @@ class NodeView:
     fully_qualified_name: str = ""
     #: Which prompt path serves and why (the ttnn engine's; empty for the torch engine).
     prompt_path: str = ""
+    #: How frames go up and why (the ttnn engine's warm-up check; empty for the torch engine).
+    input_path: str = ""
 
 
 def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
@@ -62,6 +64,7 @@ def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatu
         "device": view.device,
         "dtype": view.dtype,
         "model": view.model,
+        **({"input": view.input_path} if view.input_path else {}),
         **({"prompt_path": view.prompt_path} if view.prompt_path else {}),
         "prompts": ", ".join(view.prompts),
         **_frame_values(stats),

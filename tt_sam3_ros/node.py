@@ -817,6 +817,7 @@ class Sam3Node(LifecycleNode):
             prompts=self._settings.prompts,
             fully_qualified_name=self.get_fully_qualified_name(),
             prompt_path=engine.get("prompt_path", ""),
+            input_path=engine.get("input", ""),
         )
 
 

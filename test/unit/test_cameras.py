@@ -84,13 +84,24 @@ def test_a_camera_status_reports_that_cameras_frames_and_level() -> None:
 
 
 def test_the_segmentation_status_says_which_prompt_path_serves_and_why() -> None:
-    """The ttnn engine's prompt_path verdict (auto's warm-up check) is a value of the engine's
-    status; an engine that has none (torch) adds no such value."""
+    """The ttnn engine's warm-up verdicts (how frames go up, which prompt path serves) are values
+    of the engine's status; an engine that has none (torch) adds no such values."""
     reason = "host (auto: the chip prompt path failed its warm-up check: mask logits PCC 0.4213 < 0.99)"
+    upload = (
+        "bfloat16 upload (warm-up check: the chip's uint8 cast 12 of 3048192 values wrong after the cast)"
+    )
     ttnn_view = NodeView(
-        "sam3", "active", "ttnn", "Blackhole p150a 0", "bfloat16", "sam3", ("car",), prompt_path=reason
+        "sam3",
+        "active",
+        "ttnn",
+        "Blackhole p150a 0",
+        "bfloat16",
+        "sam3",
+        ("car",),
+        prompt_path=reason,
+        input_path=upload,
     )
     values = {kv.key: kv.value for kv in segmentation_status(ttnn_view, FrameStats().snapshot()).values}
-    assert values["prompt_path"] == reason
+    assert values["prompt_path"] == reason and values["input"] == upload
     values = {kv.key: kv.value for kv in segmentation_status(VIEW, FrameStats().snapshot()).values}
-    assert "prompt_path" not in values
+    assert "prompt_path" not in values and "input" not in values

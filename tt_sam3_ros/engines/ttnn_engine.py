@@ -211,6 +211,11 @@ class TtnnEngine(Engine):
         self._weight_dtype_name = weight_dtype
         self._closed = False
         self.prompt_path: PromptPath | None = None
+        #: How frames go up: uint8, cast on the chip, unless warm-up's check of that cast fails
+        #: (then bfloat16 from the host); describe()'s "input" says which and why.
+        self._input_dtype = "uint8"
+        self.input_status = "uint8 upload, cast on the chip"
+        self._input_checked = False
         #: Which prompt path serves and why, in words (describe()'s "prompt_path").
         self.prompt_path_status = prompt_path if isinstance(prompt_path, str) else "given"
         self._auto_pending = prompt_path == "auto"
@@ -300,6 +305,7 @@ class TtnnEngine(Engine):
             f"{self.dispatch} dispatch, {self.image_encoder.command_queues} command queues",
             "dtype": f"image path: {self._weight_dtype_name} weights, bfloat16 activations; "
             f"prompt path on {prompt['device'].split(' ')[0]} ({prompt['dtype']})",
+            "input": self.input_status,
             "prompt_path": self.prompt_path_status,
             "ttnn": self.version,
         }
@@ -414,6 +420,8 @@ class TtnnEngine(Engine):
 
         Call before serving: the node reports ready only after it.
         """
+        if not self._input_checked and not self.image_encoder.captured:
+            self.check_input_upload()
         self.compile_prompt_path()
         pixels = self.warmup_image_path()
         if self._auto_pending:
@@ -421,6 +429,42 @@ class TtnnEngine(Engine):
         # one instance: a chip prompt path reads back its kept rows only, as on most frames
         decoded = self.decode(self.encode_image(pixels), self.encode_prompts(["object"]), max_instances=1)
         self.fetch_masks(decoded, np.array([0]), np.array([int(np.argmax(decoded.logits[0]))]))
+
+    def check_input_upload(self) -> bool:
+        """Before anything is compiled or captured: upload one frame as uint8, cast it to
+        bfloat16 on the chip and read it back. The cast is exact (0..255 fit bfloat16), so any
+        difference, or an error, means the chip's uint8 path cannot be trusted (tt-metal's uint8
+        support is partial): frames then go up as bfloat16 from the host (twice the bytes, the
+        same values), with the reason in describe()'s "input" and the log. Returns whether it passed."""
+        ttnn = self.ttnn
+        frame = prompt_check.check_frame(self.config.image_side)
+        expected = torch.from_numpy(frame).reshape(self.config.input_shape).float()
+        self._input_checked = True
+        try:
+            uploaded = ttnn.from_torch(
+                expected.to(torch.uint8),
+                dtype=ttnn.uint8,
+                layout=ttnn.ROW_MAJOR_LAYOUT,
+                device=self.device,
+                memory_config=ttnn.DRAM_MEMORY_CONFIG,
+            )
+            cast = ttnn.typecast(uploaded, ttnn.bfloat16, memory_config=self.settings.memory)
+            got = ttnn.to_torch(cast).float().reshape(expected.shape)
+            for tensor in (uploaded, cast):
+                ttnn.deallocate(tensor)
+            wrong = int((got != expected).sum())
+            reason = "" if wrong == 0 else f"{wrong} of {expected.numel()} values wrong after the cast"
+        except Exception as error:  # any failure of the uint8 path means: upload bfloat16
+            text = " ".join(str(error).split())[: prompt_check.MAX_ERROR_CHARS]
+            reason = f"raised {type(error).__name__}: {text!r}"
+        if not reason:
+            self.input_status = "uint8 upload, cast on the chip (warm-up check passed: exact)"
+            LOG.info("input: %s", self.input_status)
+            return True
+        self._input_dtype = "bfloat16"
+        self.input_status = f"bfloat16 upload (warm-up check: the chip's uint8 cast {reason})"
+        LOG.warning("input: %s", self.input_status)
+        return False
 
     def choose_prompt_path(self) -> prompt_check.PromptPathCheck:
         """prompt_path="auto": check the chip prompt path against the host's on one frame and
@@ -523,6 +567,10 @@ class TtnnEngine(Engine):
         if image.shape != (side, side, 3) or image.dtype != np.uint8:
             raise EngineError(f"image must be uint8 ({side}, {side}, 3), got {image.dtype} {image.shape}")
         pixels = torch.from_numpy(np.ascontiguousarray(image)).reshape(self.config.input_shape)
+        if self._input_dtype == "bfloat16":  # the fallback: check_input_upload
+            return self.ttnn.from_torch(
+                pixels.to(torch.bfloat16), dtype=self.ttnn.bfloat16, layout=self.ttnn.ROW_MAJOR_LAYOUT
+            )
         return self.ttnn.from_torch(pixels, dtype=self.ttnn.uint8, layout=self.ttnn.ROW_MAJOR_LAYOUT)
 
     def _read_level(self, tensor: Any, side: int) -> torch.Tensor:

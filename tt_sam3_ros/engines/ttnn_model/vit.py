@@ -119,6 +119,7 @@ def vit_layer(
 
 def patchify(ttnn: Any, image: Any, config: ImagePathConfig, settings: DeviceSettings) -> Any:
     """uint8 ROW_MAJOR (1, S, 3*S) pixels (rows of RGB triples) -> bfloat16 TILE (1, 1, tokens, 3*p*p).
+    (A bfloat16 input, the engine's fallback upload, is copied instead of cast.)
 
     Tokens in window order (config.py), each patch's values in (row, column, channel) order,
     which is how the pixel rows already hold them (weights.patch_embedding permutes the conv
@@ -127,7 +128,10 @@ def patchify(ttnn: Any, image: Any, config: ImagePathConfig, settings: DeviceSet
     and the window sort at once. Leaves `image` (the trace's input buffer) allocated.
     """
     n, w, p = config.windows_per_side, config.window, config.patch
-    pixels = ttnn.typecast(image, ttnn.bfloat16, memory_config=settings.memory)
+    if image.dtype == ttnn.uint8:
+        pixels = ttnn.typecast(image, ttnn.bfloat16, memory_config=settings.memory)
+    else:  # the bfloat16 upload the engine falls back to when the chip's uint8 cast fails its check
+        pixels = ttnn.clone(image, memory_config=settings.memory)
     # pixel row = ((window row) * w + row in window) * p + row in patch; a row's values run
     # over ((window col) * w + col in window) * 3p + (col in patch) * 3 + channel.
     cells = ttnn.reshape(pixels, (n, w, p, n, w, 3 * p))  # (wy, ty, ky, wx, tx, kx c)
