@@ -36,3 +36,31 @@ def instance_logits(count: int, side: int = 288, seed: int = 0) -> np.ndarray:
         noise = rng.standard_normal((side, side)) * 0.3
         logits[k] = (radius - distance) / 4.0 + noise - 2.0 * (distance > radius + 4)
     return logits
+
+
+def moving_objects_clip(frames: int, height: int = 240, width: int = 320, seed: int = 0) -> list[np.ndarray]:
+    """uint8 RGB frames (height, width, 3) of solid discs that enter, cross and leave.
+
+    Three discs on a textured, still background: one enters from the left, one from the right
+    (they cross mid-clip), one is present from the first frame and leaves through the bottom
+    two thirds of the way through. A tracker sees objects appear, overlap and disappear.
+    """
+    rng = np.random.default_rng(seed)
+    background = picture(height, width, seed) // 2
+    rows, cols = np.mgrid[0:height, 0:width]
+    radius = min(height, width) / 8
+    span = width + 2 * radius
+    colours = rng.integers(128, 256, (3, 3)).astype(np.uint8)
+    clip = []
+    for index in range(frames):
+        t = index / max(frames - 1, 1)
+        centres = [
+            (height * 0.45, -radius + span * t),
+            (height * 0.55, width + radius - span * t),
+            (height * 0.3 + height * 1.2 * max(0.0, t - 0.3) / 0.4, width * 0.5),
+        ]
+        image = background.copy()
+        for colour, (row, col) in zip(colours, centres, strict=True):
+            image[np.hypot(rows - row, cols - col) < radius] = colour
+        clip.append(image)
+    return clip

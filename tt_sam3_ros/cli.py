@@ -3,6 +3,7 @@
     tt-sam3 segment IMAGE --prompt car --prompt person [--out DIR] [--threshold T]
     tt-sam3 segment IMAGE --prompt bolt --box x1,y1,x2,y2 --negative-box x1,y1,x2,y2
     tt-sam3 track VIDEO --prompt car [--out DIR] [--max-age-s S] [--max-age-frames N] [--min-iou F]
+        [--tracker sam3]
     tt-sam3 publish-images DIR_OR_VIDEO --topic image --rate 5
 
 `segment` writes DIR/<image>_overlay.png (masks, boxes, labels, scores) and
@@ -30,6 +31,8 @@ from .weights import WeightsError
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from .video import TrackWriter, VideoInfo
 
 #: The errors whose message is written for the user (what is wrong, what to do): printed as one
 #: line. Exit status 1 for weights that cannot be had, 2 for a bad argument or an unusable engine.
@@ -291,6 +294,13 @@ def _track_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_MIN_IOU,
         help=f"least mask IoU with a track's predicted mask to continue it (default {DEFAULT_MIN_IOU})",
     )
+    parser.add_argument(
+        "--tracker",
+        default="association",
+        choices=["association", "sam3"],
+        help="association: detect every frame, ids by mask and motion matching (fast); sam3: SAM 3's "
+        "own video tracker, with a memory of past frames per object (the torch engine only)",
+    )
     _model_arguments(parser)
     parser.set_defaults(run=_run_track)
 
@@ -319,6 +329,8 @@ def _run_track(args: argparse.Namespace) -> int:
     if tiny:
         print(_RANDOM_WARNING, file=sys.stderr)
     extra = {"warning": "tiny-random model: random weights, meaningless output"} if tiny else {}
+    if args.tracker == "sam3":
+        return _track_with_sam3(args, prompts, info, writer, extra)
     try:
         segmenter = Sam3Segmenter.from_pretrained(
             model_id=args.model,
@@ -353,6 +365,40 @@ def _run_track(args: argparse.Namespace) -> int:
             ids.update(i.track_id for i in result.instances)
             count += 1
     print(f"{count} frame(s), {len(ids)} track(s); wrote {video_path} and {jsonl_path}")
+    return 0
+
+
+def _track_with_sam3(
+    args: argparse.Namespace, prompts: list[str], info: VideoInfo, writer: TrackWriter, extra: dict
+) -> int:
+    """`track --tracker sam3`: SAM 3's video tracker over the video, one frame at a time."""
+    from tqdm import tqdm
+
+    from .video import frames
+    from .video_tracker import Sam3VideoTracker, check_tracker_engine, keep_best
+
+    try:
+        check_tracker_engine("sam3", args.engine)
+        tracker = Sam3VideoTracker.from_pretrained(
+            model_id=args.model,
+            revision=args.revision,
+            weights_dir=args.weights_dir,
+            device=args.device or "cpu",
+        )
+    except BaseException:
+        writer.discard()
+        raise
+    with writer:
+        count, ids = 0, set()
+        for index, rgb in tqdm(
+            frames(args.video), total=info.frame_count or None, unit="frame", desc="tracking"
+        ):
+            result = keep_best(tracker(rgb, prompts), args.threshold, args.max_instances)
+            writer.write(index, index / info.fps, rgb, result, **extra)
+            ids.update(i.track_id for i in result.instances)
+            count += 1
+    video_path, jsonl_path = writer.paths
+    print(f"{count} frame(s), {len(ids)} track(s) (SAM 3 tracker); wrote {video_path} and {jsonl_path}")
     return 0
 
 

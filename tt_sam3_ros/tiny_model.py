@@ -29,7 +29,14 @@ from .engines.base import TEXT_CONTEXT
 
 if TYPE_CHECKING:
     import torch
-    from transformers import CLIPTokenizer, Sam3Config, Sam3Model
+    from transformers import (
+        CLIPTokenizer,
+        Sam3Config,
+        Sam3Model,
+        Sam3VideoConfig,
+        Sam3VideoModel,
+        Sam3VideoProcessor,
+    )
 
 #: The name users pass (``--model tiny-random``, ``model_id:=tiny-random``).
 TINY_MODEL_ID = "tiny-random"
@@ -39,26 +46,30 @@ OPEN_CLIP_REQUIREMENT = "open-clip-torch==3.3.0"
 _BPE_MERGES = 49152 - 256 - 2
 
 
-def tiny_sam3_config() -> Sam3Config:
+def tiny_sam3_config(head_width: int = 32) -> Sam3Config:
     """SAM 3's architecture at width 32 with one or two layers per stage (1.9M parameters).
 
-    Its epsilons and activations are Meta's, as the loaders give every real checkpoint.
+    ``head_width`` widens what follows the ViT (FPN neck, text projection, geometry encoder,
+    DETR encoder and decoder, mask decoder): SAM 3's memory tracker reads the neck's features and
+    needs them at least as wide as its 64-channel memories. Its epsilons and activations are
+    Meta's, as the loaders give every real checkpoint.
     """
     from transformers import Sam3Config
 
     from .weights.meta_constants import apply_meta_constants
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
+    head = {"hidden_size": head_width, "intermediate_size": 2 * head_width, "num_attention_heads": 2}
     config = Sam3Config(
         vision_config={
             "backbone_config": {**small, "num_hidden_layers": 2, "global_attn_indexes": [1]},
-            "fpn_hidden_size": 32,
+            "fpn_hidden_size": head_width,
         },
-        text_config={**small, "num_hidden_layers": 2, "projection_dim": 32},
-        geometry_encoder_config={**small, "num_layers": 1},
-        detr_encoder_config={**small, "num_layers": 1},
-        detr_decoder_config={**small, "num_layers": 2, "num_queries": 20},
-        mask_decoder_config={"hidden_size": 32, "num_attention_heads": 2},
+        text_config={**small, "num_hidden_layers": 2, "projection_dim": head_width},
+        geometry_encoder_config={**head, "num_layers": 1},
+        detr_encoder_config={**head, "num_layers": 1},
+        detr_decoder_config={**head, "num_layers": 2, "num_queries": 20},
+        mask_decoder_config={"hidden_size": head_width, "num_attention_heads": 2},
     )
     apply_meta_constants(config)
     return config
@@ -127,6 +138,92 @@ def _draw_live_weights(model: torch.nn.Module, generator: torch.Generator) -> No
         box_step = model.detr_decoder.box_head.layer3
         box_step.weight.mul_(BOX_STEP_SCALE)
         box_step.bias.mul_(BOX_STEP_SCALE)
+
+
+#: The tiny video model's input side: 24x24 patches instead of SAM 3's 72x72, so that its memory
+#: attention (every pixel of the frame against every pixel of seven memory frames, per object)
+#: costs milliseconds on a CPU and a stream of thousands of frames can run in a test session.
+TINY_VIDEO_SIDE = 336
+#: Detection settings of the tiny video model. Its random detector scores every query near
+#: 0.25 (Meta's 0.5 would find nothing), so objects are admitted just above that level, and it
+#: finds a new object on almost every frame, so at most 8 are tracked (SAM 3's own cap, 10,000
+#: by default), which keeps a stream's frames cheap; the values only make the tracker's
+#: bookkeeping (new, matched, lost objects) run in tests.
+TINY_VIDEO_SETTINGS = {"score_threshold_detection": 0.2515, "new_det_thresh": 0.256, "max_num_objects": 8}
+
+
+def tiny_sam3_video_config(image_size: int = TINY_VIDEO_SIDE, **overrides: float | int) -> Sam3VideoConfig:
+    """A tiny SAM 3 video model: the tiny detector and SAM 3's memory tracker at width 128.
+
+    The tracker's memory attention reads 64-channel memories (a width fixed in transformers'
+    code) and splits each object pointer into memory-width tokens, so its own width, and that
+    of the detector's neck it shares, must be a multiple of 64 above 64: 128. The ViT and text
+    encoder stay the tiny detector's (width 32); one memory-attention layer instead of four.
+    Everything else (7 memory frames, 16 object pointers, 4 conditioning frames in attention,
+    association, keep-alive and reconditioning rules) is SAM 3's. ``overrides`` set any other
+    field of ``Sam3VideoConfig`` (thresholds, ``max_num_objects``).
+    """
+    from transformers import Sam3VideoConfig
+
+    width = 128
+    detector = tiny_sam3_config(head_width=width)
+    tracker = {
+        "vision_config": {
+            "model_type": "sam3_vision_model",
+            "backbone_config": detector.vision_config.backbone_config.to_dict(),
+            "fpn_hidden_size": width,
+        },
+        "prompt_encoder_config": {"hidden_size": width},
+        "mask_decoder_config": {
+            "hidden_size": width,
+            "mlp_dim": 2 * width,
+            "num_attention_heads": 2,
+            "iou_head_hidden_dim": width,
+        },
+        "memory_attention_hidden_size": width,
+        "memory_attention_num_layers": 1,
+        "memory_attention_feed_forward_hidden_size": 2 * width,
+        "memory_encoder_hidden_size": width,
+        "memory_encoder_output_channels": 64,
+        "mask_downsampler_embed_dim": width,
+        "memory_fuser_embed_dim": width,
+        "memory_fuser_intermediate_dim": 2 * width,
+    }
+    config = Sam3VideoConfig(
+        detector_config=detector.to_dict(),
+        tracker_config=tracker,
+        low_res_mask_size=4 * image_size // 14,
+        **{**TINY_VIDEO_SETTINGS, **overrides},
+    )
+    config.image_size = image_size
+    return config
+
+
+def build_tiny_sam3_video(seed: int = 0, **overrides: float | int) -> Sam3VideoModel:
+    """The tiny video model with weights drawn from ``seed`` (the same seed, the same weights)."""
+    import torch
+    from transformers import Sam3VideoModel
+
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = Sam3VideoModel(tiny_sam3_video_config(**overrides))
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model.eval()
+
+
+def tiny_sam3_video_processor(config: Sam3VideoConfig | None = None) -> Sam3VideoProcessor:
+    """transformers' video processor for the tiny video model: its image side, the real CLIP tokenizer."""
+    from transformers import Sam2VideoVideoProcessor, Sam3ImageProcessor, Sam3VideoProcessor
+
+    side = (config or tiny_sam3_video_config()).image_size
+    size = {"height": side, "width": side}
+    return Sam3VideoProcessor(
+        image_processor=Sam3ImageProcessor(size=size),
+        video_processor=Sam2VideoVideoProcessor(size=size),
+        tokenizer=clip_tokenizer(),
+    )
 
 
 def _bpe_vocabulary_path() -> Path:

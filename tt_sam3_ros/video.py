@@ -111,6 +111,11 @@ class TrackWriter:
         line = {"frame": index, "time_s": round(time_s, 6), **result.to_dict(), **extra}
         self._lines.write(json.dumps(line) + "\n")
 
+    @property
+    def paths(self) -> tuple[Path, Path]:
+        """(MP4, JSON lines) being written."""
+        return self._paths
+
     def close(self) -> None:
         """Finish both files. Idempotent."""
         self._writer.release()

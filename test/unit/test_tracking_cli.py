@@ -78,6 +78,39 @@ def test_track_writes_an_annotated_mp4_and_one_json_line_per_frame(tmp_path: Pat
     assert f"{FRAMES} frame(s), 4 track(s)" in done.stdout
 
 
+def test_track_with_the_sam3_tracker_writes_its_object_ids(tmp_path: Path) -> None:
+    """SAM 3's video tracker over the video: every line carries its object ids, each object keeps
+    its id from the frame it appears on (SAM 3's ids count from 0)."""
+    video = write_video(tmp_path / "street.avi", [scene()] * FRAMES)
+    out = tmp_path / "out"
+    done = run(
+        "track", str(video), "--prompt", "car", "--model", "tiny-random", "--tracker", "sam3",
+        "--threshold", "0", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "MEANINGLESS" in done.stderr
+    lines = [json.loads(line) for line in (out / "street.jsonl").read_text().splitlines()]
+    assert [line["frame"] for line in lines] == list(range(FRAMES))
+    first = {i["track_id"]: i["prompt"] for i in lines[0]["instances"]}
+    assert first and min(first) == 0
+    for line in lines:
+        ids = [i["track_id"] for i in line["instances"]]
+        assert len(ids) == len(set(ids))
+        assert all(first.get(i, "car") == "car" for i in ids)
+    assert "(SAM 3 tracker)" in done.stdout and (out / "street_tracked.mp4").stat().st_size > 0
+
+
+def test_track_refuses_the_sam3_tracker_on_the_ttnn_engine(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "v.avi", [scene()] * 2)
+    done = run(
+        "track", str(video), "--prompt", "car", "--model", "tiny-random", "--tracker", "sam3",
+        "--engine", "ttnn", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "tracker 'sam3' cannot run on the ttnn engine" in done.stderr
+    assert not (tmp_path / "v.jsonl").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
