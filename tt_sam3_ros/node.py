@@ -522,7 +522,7 @@ class Sam3Node(LifecycleNode):
     # ----------------------------------------------------------------- engine
 
     def _engine_request(self) -> str:
-        names = ("engine", "model_id", "device", "dtype")
+        names = ("engine", "tracker", "model_id", "device", "dtype")
         return ", ".join(f"{name}={self.get_parameter(name).value or 'default'}" for name in names)
 
     def _build_segmenter(self, request: dict[str, Any]) -> Any:
@@ -537,6 +537,16 @@ class Sam3Node(LifecycleNode):
             self.get_logger().warning(
                 f"model_id '{TINY_MODEL_ID}': a tiny model with RANDOM weights; "
                 "every detection and mask it publishes is MEANINGLESS (plumbing tests only)"
+            )
+        if request["tracker"] == "sam3":
+            from tt_sam3_ros.video_tracker import Sam3VideoEngine
+
+            return Sam3VideoEngine.from_pretrained(
+                model_id=request["model_id"],
+                revision=request["revision"] or None,
+                weights_dir=request["weights_dir"] or None,
+                device=request["device"] or None,
+                max_image_side=request["max_image_side"],
             )
         return Sam3Segmenter.from_pretrained(
             model_id=request["model_id"],

@@ -37,6 +37,7 @@ from tt_sam3_ros.tracking import (
     DEFAULT_MIN_IOU,
     check_tracking_settings,
 )
+from tt_sam3_ros.video_tracker import SAM3_TRACKER_ENGINES, TRACKERS
 from tt_sam3_ros.weights.release import DEFAULT_MODEL_ID
 
 TRANSPORTS = ("raw", "compressed")
@@ -72,6 +73,7 @@ TRACK_MAX_AGE_FRAMES_RANGE = (1, 1000)
 TRACK_MIN_IOU_RANGE = (0.01, 1.0)
 READ_AT_CONFIGURE = (
     "engine",
+    "tracker",
     "device",
     "dtype",
     "ttnn_weight_cache",
@@ -138,6 +140,17 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
         _describe(
             "Give each detection a track id kept from frame to frame (Detection2D.id); false: ids are "
             "the detections' positions 1..N. A frame served with it off ends every track."
+        ),
+    ),
+    "tracker": (
+        "association",
+        _describe(
+            "How ids are kept: 'association' detects on every frame and matches detections to tracks by "
+            "masks and motion (fast, no memory); 'sam3' runs SAM 3's own video tracker, one session per "
+            "camera with a memory of past frames per object, so an object keeps its id and mask through a "
+            "missed detection or an occlusion (more compute per object; torch engine only). "
+            "Read at configure.",
+            additional_constraints=f"one of: {', '.join(TRACKERS)}",
         ),
     ),
     "track_max_age_s": (
@@ -465,8 +478,14 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
         )
     except InputError as error:
         return str(error)
+    if values["tracker"] == "sam3" and values["engine"] not in SAM3_TRACKER_ENGINES:
+        return (
+            f"tracker 'sam3' cannot run on the {values['engine']} engine: SAM 3's video tracker runs in "
+            "PyTorch only; set engine to torch, or tracker to association"
+        )
     for name, choices in (
         ("engine", ENGINE_NAMES),
+        ("tracker", TRACKERS),
         ("ttnn_weight_dtype", TTNN_DTYPE_NAMES),
         ("ttnn_param_dtype", TTNN_DTYPE_NAMES),
         ("ttnn_prompt_path", TTNN_PROMPT_PATHS),

@@ -44,6 +44,7 @@ from tt_sam3_ros.tracking import (
     InstanceTracker,
     TrackIdSpace,
 )
+from tt_sam3_ros.video_tracker import Sam3VideoEngine, keep_best
 from tt_sam3_ros.weights.errors import WeightsError
 from tt_sam3_ros.worker import SINGLE_CAMERA, CameraStats, FrameStats
 
@@ -273,6 +274,10 @@ class CameraState:
     depth_pairing: DepthPairing = field(default_factory=DepthPairing)
     depth_stats: DepthStats = field(default_factory=DepthStats)
     exemplars: ExemplarMemory = field(default_factory=ExemplarMemory)
+    #: With ``tracker: sam3``: the camera's SAM 3 session (made on its first frame) and its
+    #: object ids mapped to the node's (drawn from the node's id space, never reused).
+    video_tracker: Any = None
+    video_ids: dict[int, int] = field(default_factory=dict)
 
 
 class _Throttle:
@@ -321,7 +326,10 @@ class FramePipeline:
         return CameraState(name, CameraStats(FrameStats(), self.engine_stats), tracker)
 
     def reset_tracks(self) -> None:
-        """Forget every camera's tracks (the engine was released); ids are still never reused."""
+        """Forget every camera's tracks (the engine was released); ids are still never reused.
+
+        SAM 3 sessions live in ``CameraState``, which the node makes anew at each configure.
+        """
         for tracker in self._trackers.values():
             tracker.reset()
 
@@ -352,13 +360,7 @@ class FramePipeline:
             extra["boxes"] = list(frame.boxes)
         try:
             rgb = frame.decode(segmenter.max_image_side)
-            result = segmenter(
-                rgb,
-                list(settings.prompts),
-                threshold=settings.threshold,
-                max_instances=settings.max_instances,
-                **extra,
-            )
+            result = self._segment(segmenter, camera, rgb, settings, extra)
         except InputError as error:
             return self._rejected(camera, frame, error)
         except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
@@ -403,6 +405,37 @@ class FramePipeline:
                 outputs.publish_3d(answer)
                 camera.depth_stats.count_3d()
 
+    @staticmethod
+    def _segment(
+        segmenter: Any, camera: CameraState, rgb: np.ndarray, settings: RunSettings, extra: dict[str, Any]
+    ) -> SegmentationResult:
+        """The engine's part: segment the frame, or, when the engine is SAM 3's video model (the
+        node's ``tracker: sam3``, chosen at configure), track it in the camera's session."""
+        prompts = list(settings.prompts)
+        if not isinstance(segmenter, Sam3VideoEngine):
+            return segmenter(
+                rgb, prompts, threshold=settings.threshold, max_instances=settings.max_instances, **extra
+            )
+        if extra.get("boxes"):
+            raise InputError("exemplar boxes are not taken with tracker 'sam3' (text prompts only)")
+        if camera.video_tracker is None:
+            camera.video_tracker = segmenter.new_tracker()
+        return keep_best(camera.video_tracker(rgb, prompts), settings.threshold, settings.max_instances)
+
+    def _sam3_ids(self, camera: CameraState, result: SegmentationResult) -> SegmentationResult:
+        """SAM 3's object ids mapped into the node's id space: an object keeps its node id while
+        its session tracks it; a new object gets a new one. Forgotten objects leave the map."""
+        ids = camera.video_ids
+        tracked = set(camera.video_tracker.object_ids)
+        for obj_id in [o for o in ids if o not in tracked]:
+            del ids[obj_id]
+        new = [i.track_id for i in result.instances if i.track_id not in ids]
+        ids.update(zip(new, self._track_ids.take(len(new)).tolist(), strict=True))
+        instances = [i.with_track_id(ids[i.track_id]) for i in result.instances]
+        return SegmentationResult(
+            result.image_size, result.prompts, instances, result.presence, result.timing_ms
+        )
+
     def _track(
         self, camera: CameraState, result: SegmentationResult, frame: FrameInput, settings: RunSettings
     ) -> SegmentationResult:
@@ -413,6 +446,16 @@ class FramePipeline:
         Tracks of prompts that were removed are dropped by the tracker itself.
         """
         tracker = camera.tracker
+        if camera.video_tracker is not None:
+            if not settings.tracking:  # ids are the positions: the session keeps tracking regardless
+                return SegmentationResult(
+                    result.image_size,
+                    result.prompts,
+                    [i.with_track_id(None) for i in result.instances],
+                    result.presence,
+                    result.timing_ms,
+                )
+            return self._sam3_ids(camera, result)
         if not settings.tracking:
             tracker.reset()
             return result

@@ -21,6 +21,7 @@ from tt_sam3_ros.pipeline import (
     Wants,
 )
 from tt_sam3_ros.results import Instance, SegmentationResult
+from tt_sam3_ros.video_tracker import Sam3VideoEngine
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:
@@ -247,3 +248,57 @@ def test_a_frame_the_engine_answered_breaks_its_run_of_errors_even_if_publishing
     reports += [pipeline.process(failing, camera, frame(), SETTINGS, RecordedOutputs()) for _ in range(4)]
     assert not any(report.engine_lost for report in reports)
     assert ENGINE_ERROR_LIMIT == 5
+
+
+class ScriptedVideoTracker:
+    """A SAM 3 session stand-in: each call gives the scripted SAM 3 object ids of that frame."""
+
+    def __init__(self, script: list[list[int]]) -> None:
+        self.script = list(script)
+        self.object_ids: list[int] = []
+
+    def __call__(self, rgb: np.ndarray, prompts: list[str]) -> SegmentationResult:
+        ids = self.script.pop(0)
+        self.object_ids = ids
+        crop = np.ones((2, 2), dtype=bool)
+        instances = [
+            Instance("box", 0, 0.9 - 0.1 * k, (k, 0, k + 2, 2), crop, (0, k), (8, 8), track_id=obj_id)
+            for k, obj_id in enumerate(ids)
+        ]
+        return SegmentationResult((8, 8), list(prompts), instances, {})
+
+
+class ScriptedVideoEngine(Sam3VideoEngine):
+    """A ``Sam3VideoEngine`` without a model: each camera's session plays the same script."""
+
+    def __init__(self, script: list[list[int]]) -> None:
+        self.max_image_side = 4096
+        self.script = script
+
+    def new_tracker(self) -> ScriptedVideoTracker:
+        return ScriptedVideoTracker(self.script)
+
+
+def test_sam3_object_ids_are_mapped_into_the_node_id_space_per_camera() -> None:
+    """Two cameras whose sessions both say 0 and 1 publish distinct ids; an object keeps its id
+    while its session tracks it; one forgotten and a new one get ids never given before."""
+    pipeline = FramePipeline()
+    cameras = pipeline.make_cameras(("front", "back"))
+    engine = ScriptedVideoEngine([[0, 1], [1, 0], [1, 2]])
+    published: dict[str, list[list[int]]] = {}
+    for _ in range(3):
+        for name, camera in cameras.items():
+            outputs = RecordedOutputs()
+            assert pipeline.process(engine, camera, frame(), SETTINGS, outputs).outcome == "answered"
+            published.setdefault(name, []).append(outputs.published[0].result.detection_ids())
+    front, back = published["front"], published["back"]
+    assert not {i for ids in front for i in ids} & {i for ids in back for i in ids}  # unique across cameras
+    earlier = {i for ids in front[:2] + back[:2] for i in ids}
+    for first, second, third in (front, back):
+        assert second == first[::-1]  # SAM 3's objects 1 and 0 keep their node ids
+        assert third[0] == first[1] and third[1] not in earlier  # object 2 is new: a new id
+    off = RunSettings(prompts=("box",), class_ids=(("box", 3),), tracking=False)
+    camera = pipeline.make_cameras(("side",))["side"]
+    outputs = RecordedOutputs()
+    pipeline.process(ScriptedVideoEngine([[4, 7]]), camera, frame(), off, outputs)
+    assert outputs.published[0].result.detection_ids() == [1, 2]  # positions with tracking off

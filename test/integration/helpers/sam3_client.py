@@ -180,11 +180,13 @@ class Sam3Client:
         assert arrived, f"no detections+mask for the frame stamped {key} ns within {timeout_s} s"
         return self.detections[key], self.masks[key]
 
-    def ask(self, msg: Image | CompressedImage) -> tuple[Detection2DArray, Image]:
+    def ask(
+        self, msg: Image | CompressedImage, timeout_s: float = ANSWER_TIMEOUT_S
+    ) -> tuple[Detection2DArray, Image]:
         """Stamp one frame now, send it and wait for its answer."""
         key = stamp_now(msg)
         self.send(msg)
-        return self.answer(key)
+        return self.answer(key, timeout_s)
 
     def no_answer(self, key: int, wait_s: float) -> bool:
         """Spin ``wait_s`` seconds; True when nothing stamped ``key`` came."""
