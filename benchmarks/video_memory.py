@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         step(clip[(index - 1) % len(clip)])
         if index in checkpoints:
             cpu_s = time.process_time() - started
-            peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+            peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB on Linux
             print(
                 f"frame {index}: RSS {resident_mb():.1f} MB (peak {peak_mb:.1f}), "
                 f"live tensors {live_tensors()}, {held()}; {cpu_s / index * 1e3:.0f} CPU-ms per frame",
