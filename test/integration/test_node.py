@@ -162,15 +162,27 @@ def test_overlay_is_published_while_subscribed(sam3: Sam3Client) -> None:
         sam3.probe.destroy_subscription(subscription)
 
 
-def test_prompts_set_through_the_service_apply_from_the_next_frame(sam3: Sam3Client) -> None:
-    result = sam3.set_parameter("prompts", ["dog", "traffic light"])
+def test_prompts_set_through_the_service_apply_from_the_next_frame(
+    sam3: Sam3Client, reference_segmenter
+) -> None:
+    new_prompts = ["dog", "traffic light"]
+    result = sam3.set_parameter("prompts", new_prompts)
     assert result.successful, result.reason
     try:
-        assert sam3.get_parameter("prompts") == ["dog", "traffic light"]
-        frame = make_image(scene(seed=3))
+        assert sam3.get_parameter("prompts") == new_prompts
+        picture = scene(seed=3)
+        frame = make_image(picture)
         detections, mask = sam3.ask(frame)
-        _check_answer(frame, detections, mask, ["dog", "traffic light"])
-        assert {sam3.prompt_of(d) for d in detections.detections} == {"dog", "traffic light"}
+        _check_answer(frame, detections, mask, new_prompts)
+        # The next frame is answered with the new prompts only, instance for instance as the
+        # segmenter answers them (which prompts win the top places depends on the image).
+        reference = reference_segmenter(picture, new_prompts, threshold=0.0, max_instances=NODE_MAX_INSTANCES)
+        assert [sam3.prompt_of(d) for d in detections.detections] == [
+            new_prompts[instance.prompt_index] for instance in reference.instances
+        ]
+        assert [d.results[0].hypothesis.score for d in detections.detections] == pytest.approx(
+            [instance.score for instance in reference.instances], abs=1e-4
+        )
         latched = spin_until(
             sam3.probe,
             lambda: [c.class_name for c in sam3.label_infos[-1].class_map] == ["dog", "traffic light"],

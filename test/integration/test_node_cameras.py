@@ -171,10 +171,12 @@ def test_each_camera_has_its_own_tracks(cameras: Cameras) -> None:
         assert cameras.answered(camera, key), log_tail(cameras.client.log_path)
         return [d.id for d in cameras.detections[camera][key].detections]
 
+    # Compared as sets: the tiny model gives near-duplicate instances of one prompt, which may
+    # trade ids with each other between frames; a restarted track would get a new id.
     left_ids = ids("left", 21)
-    assert ids("left", 21) == left_ids and left_ids
+    assert set(ids("left", 21)) == set(left_ids) and left_ids
     front_ids = ids("front", 22, ahead_s=int(2 * TRACK_MAX_AGE_S))  # front's clock leaps
-    assert ids("left", 21) == left_ids, "left's tracks must not age by front's stamps"
+    assert set(ids("left", 21)) == set(left_ids), "left's tracks must not age by front's stamps"
     assert front_ids and not set(front_ids) & set(left_ids), "one id space for every camera"
 
 
