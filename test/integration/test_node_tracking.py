@@ -74,20 +74,26 @@ def test_tracking_off_gives_positions_and_back_on_gives_ids_never_seen(sam3: Sam
 
 
 def test_a_removed_prompt_loses_its_tracks_and_the_others_keep_theirs(sam3: Sam3Client) -> None:
-    picture = scene(seed=5)
-    both, _ = sam3.ask(make_image(picture))
-    people = {d.id for d in both.detections if sam3.prompt_of(d) == "person"}
-    assert sam3.set_parameter("prompts", ["person"]).successful
-    only_people, mask = sam3.ask(make_image(picture))
-    # The same people keep their ids at new positions; positions alone would be 1..6 again.
-    assert people and people < set(_ids(only_people))
-    assert _ids(only_people) != [str(k) for k in range(1, 7)]
-    _check_mask_rule(only_people, mask)
-    before = _largest_id_so_far(sam3)
-    assert sam3.set_parameter("prompts", PROMPTS).successful
-    detections, _ = sam3.ask(make_image(picture))
-    cars = [int(d.id) for d in detections.detections if sam3.prompt_of(d) == "car"]
-    assert cars and min(cars) > before
+    # Every query of both prompts becomes an instance (threshold 0, 2 x 20 queries), so each
+    # prompt has instances whatever the image makes of their scores.
+    assert sam3.set_parameter("max_instances", 40).successful
+    try:
+        picture = scene(seed=5)
+        both, _ = sam3.ask(make_image(picture))
+        people = {d.id for d in both.detections if sam3.prompt_of(d) == "person"}
+        assert sam3.set_parameter("prompts", ["person"]).successful
+        only_people, mask = sam3.ask(make_image(picture))
+        # The same people keep their ids at new positions; positions alone would be 1..N again.
+        assert people and people == set(_ids(only_people))
+        assert _ids(only_people) != [str(k) for k in range(1, len(people) + 1)]
+        _check_mask_rule(only_people, mask)
+        before = _largest_id_so_far(sam3)
+        assert sam3.set_parameter("prompts", PROMPTS).successful
+        detections, _ = sam3.ask(make_image(picture))
+        cars = [int(d.id) for d in detections.detections if sam3.prompt_of(d) == "car"]
+        assert cars and min(cars) > before
+    finally:
+        assert sam3.set_parameter("max_instances", 6).successful
 
 
 def test_track_settings_out_of_range_are_refused_with_the_old_value_kept(sam3: Sam3Client) -> None:
