@@ -340,6 +340,8 @@ class FramePipeline:
         frame: FrameInput,
         settings: RunSettings,
         outputs: Outputs,
+        chip: FrameStats | None = None,
+        wait_turn: Callable[[], None] | None = None,
     ) -> FrameReport:
         """Answer one frame: its 2D outputs, then its 3D ones when the depth path is on.
 
@@ -347,8 +349,14 @@ class FramePipeline:
         is answered with them, neither tracked nor given 3D (its stamp is behind the live
         stream's); the boxes' encoding then stays in force for the camera's later frames.
         Bad input and engine faults are counted and logged, never raised.
+
+        With several chips: ``chip`` is the counters of the chip that serves the frame (its
+        errors in a row decide ``engine_lost``), and ``wait_turn`` is called once the engine
+        answered, before anything of the camera's changes (exemplars kept, tracking, publishing):
+        it returns when the camera's earlier frames, served on other chips, are out.
         """
         started = time.monotonic()
+        stats = camera.stats if chip is None else camera.stats.on_chip(chip)
         with_boxes = bool(frame.boxes)
         if outputs.depth and not with_boxes:
             camera.depth_pairing.claim(frame.stamp_ns)
@@ -362,9 +370,11 @@ class FramePipeline:
             rgb = frame.decode(segmenter.max_image_side)
             result = self._segment(segmenter, camera, rgb, settings, extra)
         except InputError as error:
-            return self._rejected(camera, frame, error)
+            return self._rejected(stats, frame, error)
         except Exception as error:  # the engine's, whatever its type (torch raises ValueError too)
-            return self._engine_error(camera, error)
+            return self._engine_error(stats, error)
+        if wait_turn is not None:
+            wait_turn()
         if with_boxes and camera.exemplars.keep(result.exemplars, frame.generation):
             names = ", ".join(quoted(name) if name else "box-only" for name in result.exemplars)
             LOG.info(f"exemplars in force on camera {quoted(camera.name)}: {names}")
@@ -374,9 +384,9 @@ class FramePipeline:
             labels = result.instance_mask()
             self._publish(camera, frame, rgb, result, labels, settings, outputs)
         except Exception as error:  # after the engine: ours or the outputs', never the engine's
-            return self._output_error(camera, error)
+            return self._output_error(stats, error)
         age_ms = (self._now_ns() - frame.stamp_ns) / 1e6 if frame.stamp_ns else None
-        camera.stats.count_processed((time.monotonic() - started) * 1000.0, age_ms)
+        stats.count_processed((time.monotonic() - started) * 1000.0, age_ms)
         return FrameReport("answered")
 
     def _publish(
@@ -490,24 +500,24 @@ class FramePipeline:
             self._warn("depth_refused", f"frame answered in 2D only: {reason}")
             return None
 
-    def _rejected(self, camera: CameraState, frame: FrameInput, error: InputError) -> FrameReport:
+    def _rejected(self, stats: CameraStats, frame: FrameInput, error: InputError) -> FrameReport:
         # Both come from the message: quoted and cut, so they cannot forge or flood a log line.
         source = f"frame_id {quoted(frame.frame_id)}" if frame.frame_id else "no frame_id"
         reason = f"bad input frame ({source}): {printable(error, REASON_LIMIT)}"
-        camera.stats.count_rejected(reason)
+        stats.count_rejected(reason)
         self._warn("rejected", f"skipped {reason}")
         return FrameReport("rejected", reason)
 
-    def _engine_error(self, camera: CameraState, error: Exception) -> FrameReport:
+    def _engine_error(self, stats: CameraStats, error: Exception) -> FrameReport:
         reason = f"engine error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
-        in_a_row = camera.stats.count_engine_error(reason)
+        in_a_row = stats.count_engine_error(reason)
         if self._throttle.allows("engine_error"):
             LOG.error(f"{reason}; skipping the frame and carrying on\n{traceback.format_exc()}")
         return FrameReport("engine_error", reason, engine_lost=in_a_row == ENGINE_ERROR_LIMIT)
 
-    def _output_error(self, camera: CameraState, error: Exception) -> FrameReport:
+    def _output_error(self, stats: CameraStats, error: Exception) -> FrameReport:
         reason = f"output error: {type(error).__name__}: {printable(error, REASON_LIMIT)}"
-        camera.stats.count_output_error(reason)
+        stats.count_output_error(reason)
         if self._throttle.allows("output_error"):
             LOG.error(
                 f"{reason}; the engine answered, this frame's outputs are lost\n{traceback.format_exc()}"

@@ -5,15 +5,17 @@ function (decode, segment, publish), so what runs on the engine's thread is plai
 node keeps every ROS handle. Why one thread: engines require every device call on the thread
 that opened the device, and a slow model must never stall the executor.
 
-Several cameras share the one worker: ``FrameSlot`` keeps the newest frame of each camera and
+Several cameras share the worker: ``FrameSlot`` keeps the newest frame of each camera and
 hands pending frames out in round-robin order, so a fast or busy camera cannot starve another
 and a camera that stops publishing holds nothing up; each camera has its own ``FrameStats``,
-and ``CameraStats`` counts every event on the camera's and on the engine's. New outputs
-(tracking ids, depth) add to what ``handle_frame`` publishes, not to this module.
+and ``CameraStats`` counts every event on the camera's and on the engine's. Several chips: one
+worker per chip, all taking from one ``FrameSlot`` (``chips.py``). New outputs (tracking ids,
+depth) add to what ``handle_frame`` publishes, not to this module.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from collections import deque
@@ -41,6 +43,9 @@ class Frame:
     #: the camera's exemplars they were sent in.
     boxes: tuple[Any, ...] = ()
     generation: int = 0
+    #: Set by ``FrameSlot.take``: how many frames of this camera were taken before this one, its
+    #: place in the camera's output order when several chips serve (``chips.CameraTurns``).
+    seq: int = 0
 
 
 class FrameSlot:
@@ -58,6 +63,7 @@ class FrameSlot:
         self._order: tuple[str, ...] = tuple(dict.fromkeys(cameras)) or (SINGLE_CAMERA,)
         self._frames: dict[str, Frame] = {}
         self._next = 0  # index in _order where the next round-robin search starts
+        self._taken = dict.fromkeys(self._order, 0)  # frames taken per camera: the next seq
         self._closed = False
 
     @property
@@ -84,7 +90,11 @@ class FrameSlot:
         return pending is not None
 
     def take(self) -> Frame | None:
-        """Wait for a frame and remove it (the next camera in turn); None once the slot is closed."""
+        """Wait for a frame and remove it (the next camera in turn); None once the slot is closed.
+
+        The frame comes back numbered (``Frame.seq``, 0, 1, ... per camera) in the order taken:
+        several workers may take from one slot, and the numbers say which came first.
+        """
         with self._ready:
             while not self._frames and not self._closed:
                 self._ready.wait()
@@ -96,7 +106,8 @@ class FrameSlot:
                 camera = self._order[index]
                 if camera in self._frames:
                     self._next = (index + 1) % count
-                    return self._frames.pop(camera)
+                    seq, self._taken[camera] = self._taken[camera], self._taken[camera] + 1
+                    return dataclasses.replace(self._frames.pop(camera), seq=seq)
         raise AssertionError("unreachable: a pending frame belongs to a known camera")
 
     def drain(self) -> tuple[str, ...]:
@@ -228,16 +239,26 @@ class FrameStats:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CameraStats:
-    """One camera's counters and the engine's together: every event counts on both.
+    """One camera's counters and the engine's together: every event counts on both, and on the
+    chip's that served the frame when several chips serve (``on_chip``).
 
-    Why two: /diagnostics reports each camera's frames on its own, and the engine's totals
-    (errors in a row above all: it is the engine that fails, whichever camera's frame it was).
+    Why several: /diagnostics reports each camera's frames on its own, the engine's totals, and
+    each chip's; errors in a row are the chip's (the engine's with one chip): it is the chip
+    that fails, whichever camera's frame it was.
     """
 
     camera: FrameStats
     engine: FrameStats
+    chip: FrameStats | None = None
+
+    def on_chip(self, chip: FrameStats) -> CameraStats:
+        """The same counters, counting a frame's outcome on ``chip`` as well."""
+        return CameraStats(self.camera, self.engine, chip)
+
+    def _served(self) -> tuple[FrameStats, ...]:
+        return (self.camera, self.engine) if self.chip is None else (self.camera, self.engine, self.chip)
 
     def count_received(self) -> None:
         self.camera.count_received()
@@ -248,21 +269,21 @@ class CameraStats:
         self.engine.count_dropped()
 
     def count_processed(self, processing_ms: float, output_age_ms: float | None) -> None:
-        self.camera.count_processed(processing_ms, output_age_ms)
-        self.engine.count_processed(processing_ms, output_age_ms)
+        for stats in self._served():
+            stats.count_processed(processing_ms, output_age_ms)
 
     def count_rejected(self, reason: str) -> None:
-        self.camera.count_rejected(reason)
-        self.engine.count_rejected(reason)
+        for stats in self._served():
+            stats.count_rejected(reason)
 
     def count_engine_error(self, reason: str) -> int:
-        """Returns the engine's errors in a row, this one included."""
-        self.camera.count_engine_error(reason)
-        return self.engine.count_engine_error(reason)
+        """Returns the chip's errors in a row (the engine's without a chip), this one included."""
+        in_a_row = [stats.count_engine_error(reason) for stats in self._served()]
+        return in_a_row[-1]
 
     def count_output_error(self, reason: str) -> None:
-        self.camera.count_output_error(reason)
-        self.engine.count_output_error(reason)
+        for stats in self._served():
+            stats.count_output_error(reason)
 
 
 def stats_per_camera(cameras: Sequence[str], engine: FrameStats) -> dict[str, CameraStats]:
@@ -271,21 +292,24 @@ def stats_per_camera(cameras: Sequence[str], engine: FrameStats) -> dict[str, Ca
 
 
 class InferenceWorker(threading.Thread):
-    """The thread that owns the segmenter: builds it, runs every frame, closes it.
+    """The thread that owns one segmenter (one engine, one chip): builds it, runs frames, closes it.
 
     ``ready`` is set once the segmenter is built and warmed up, or when that failed
-    (then ``startup_error`` holds the exception and the thread has ended).
+    (then ``startup_error`` holds the exception and the thread has ended). ``handle_frame``
+    returning False takes the engine out of service: the thread closes it and ends while the
+    slot stays open for any other worker taking from it (``chips.ChipPool``).
     """
 
     def __init__(
         self,
         build: Callable[[], Any],
-        handle_frame: Callable[[Any, Frame], None],
+        handle_frame: Callable[[Any, Frame], bool | None],
         slot: FrameSlot,
         on_closed: Callable[[dict[str, str]], None],
         logger: Any,
+        name: str = "sam3-inference",
     ) -> None:
-        super().__init__(name="sam3-inference", daemon=True)
+        super().__init__(name=name, daemon=True)
         self._logger = logger
         self._build = build
         self._handle_frame = handle_frame
@@ -313,7 +337,8 @@ class InferenceWorker(threading.Thread):
         try:
             while (frame := self._slot.take()) is not None:
                 try:
-                    self._handle_frame(segmenter, frame)
+                    if self._handle_frame(segmenter, frame) is False:
+                        break
                 except Exception:  # a bug here must not silently end inference
                     self._logger.error(f"frame handling failed:\n{traceback.format_exc()}")
         finally:

@@ -70,8 +70,24 @@ def test_without_cameras_the_slot_is_the_single_camera_slot() -> None:
     first, second = Frame(msg=None, received_s=1.0), Frame(msg=None, received_s=2.0)
     assert slot.put(first) is False
     assert slot.put(second) is True
-    assert slot.take() is second
+    taken = slot.take()
+    assert taken is not None and taken.received_s == 2.0
     assert slot.clear() is False
+
+
+def test_frames_are_numbered_per_camera_in_the_order_taken() -> None:
+    """The numbers several chips' workers use to put a camera's outputs back in order."""
+    slot = FrameSlot(("front", "left"))
+    taken = []
+    for received_s in range(3):
+        slot.put(_frame("front", float(received_s)))
+        slot.put(_frame("left", float(received_s)))
+        taken += [slot.take(), slot.take()]
+    numbered = [(f.camera, f.seq, f.received_s) for f in taken if f]
+    assert sorted(numbered) == [
+        ("front", 0, 0.0), ("front", 1, 1.0), ("front", 2, 2.0),
+        ("left", 0, 0.0), ("left", 1, 1.0), ("left", 2, 2.0),
+    ]  # fmt: skip
 
 
 @given(
