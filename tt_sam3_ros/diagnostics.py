@@ -3,7 +3,8 @@
 Kept apart from the node so the level rules and the key names (a contract: README's diagnostics
 table) live in one place and can be checked without a ROS graph. One call builds the status of
 one input stream: a node with ``cameras`` publishes the engine's (every camera's frames
-together) and one ``camera_status`` per camera.
+together) and one ``camera_status`` per camera; a node with ``devices`` one ``chip_status`` per
+chip.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
+from tt_sam3_ros.chips import OUT_OF_SERVICE, SERVING, ChipSnapshot
 from tt_sam3_ros.tracking import AgeingView
 from tt_sam3_ros.worker import StatsSnapshot
 
@@ -41,6 +43,8 @@ class NodeView:
     prompt_path: str = ""
     #: How frames go up and why (the ttnn engine's warm-up check; empty for the torch engine).
     input_path: str = ""
+    #: With ``devices``: the chips and which of them serve, e.g. "0, 1 (serving: 0)".
+    devices: str = ""
 
 
 def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
@@ -67,9 +71,45 @@ def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatu
         **({"input": view.input_path} if view.input_path else {}),
         **({"prompt_path": view.prompt_path} if view.prompt_path else {}),
         "prompts": ", ".join(view.prompts),
+        **({"devices": view.devices} if view.devices else {}),
         **_frame_values(stats),
     }
     return _status(view, f"{view.name}: segmentation", stats, values)
+
+
+def chip_status(view: NodeView, chip: ChipSnapshot) -> DiagnosticStatus:
+    """The ``<node>: chip <id>`` status of a node with ``devices``: the frames that chip served.
+
+    ERROR while the chip is out of service (the message is why: it could not start, or its
+    engine failed frames in a row), the last frame's rules otherwise; WARN while it starts or
+    after it was released.
+    """
+    values = {
+        "chip": chip.name,
+        "state": chip.state,
+        "device": chip.description.get("device", ""),
+        "frames_processed": str(chip.stats.processed),
+        "frames_rejected": str(chip.stats.rejected),
+        "engine_errors": str(chip.stats.engine_errors),
+        "output_errors": str(chip.stats.output_errors),
+        **percentiles("processing_ms", chip.stats.processing_ms),
+        **percentiles("output_age_ms", chip.stats.output_age_ms),
+        "last_error": chip.stats.last_error,
+        "out_of_service_reason": chip.reason if chip.state == OUT_OF_SERVICE else "",
+    }
+    if chip.state == OUT_OF_SERVICE:
+        level, message = DiagnosticStatus.ERROR, f"out of service: {chip.reason}"
+    elif chip.state != SERVING:
+        level, message = DiagnosticStatus.WARN, chip.state
+    else:
+        level, message = health(view, chip.stats)
+    return DiagnosticStatus(
+        level=level,
+        name=f"{view.name}: chip {chip.name}",
+        message=message,
+        hardware_id=values["device"] or f"chip {chip.name}",
+        values=[KeyValue(key=key, value=value) for key, value in values.items()],
+    )
 
 
 def camera_status(view: NodeView, camera: str, stats: StatsSnapshot) -> DiagnosticStatus:

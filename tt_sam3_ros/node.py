@@ -61,18 +61,22 @@ from std_msgs.msg import Header
 from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
 from tt_sam3_ros import messages, messages_3d
+from tt_sam3_ros.chips import Chip, ChipPool
 from tt_sam3_ros.depth_pairing import Answer3D
 from tt_sam3_ros.diagnostics import (
     NodeView,
     camera_status,
+    chip_status,
     depth_status,
     segmentation_status,
     tracking_status,
 )
+from tt_sam3_ros.engines import EngineError, chip_count
 from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, check_exemplars
 from tt_sam3_ros.log_forwarding import forward_library_logging, stop_forwarding
 from tt_sam3_ros.node_parameters import (
+    ALL_DEVICES,
     PARAMETERS,
     READ_AT_ACTIVATE,
     READ_AT_CONFIGURE,
@@ -81,6 +85,7 @@ from tt_sam3_ros.node_parameters import (
     RunSettings,
     camera_names,
     coerced,
+    device_names,
     invalid_values,
     settings_from,
     ttnn_options,
@@ -98,7 +103,7 @@ from tt_sam3_ros.pipeline import (
     is_expected_failure,
 )
 from tt_sam3_ros.tiny_model import TINY_MODEL_ID
-from tt_sam3_ros.worker import Frame, FrameSlot, InferenceWorker
+from tt_sam3_ros.worker import Frame, FrameSlot
 
 __all__ = ["ENGINE_ERROR_LIMIT", "NODE_NAME", "Sam3Node", "main"]
 
@@ -248,7 +253,11 @@ class Sam3Node(LifecycleNode):
         # The cameras (``cameras``, read at configure); their slots, inputs, outputs, counters.
         self._cameras = self._make_cameras(())
         self._slot = FrameSlot()
-        self._worker: InferenceWorker | None = None
+        # One engine per chip (``devices``; one engine on ``device`` without it), on threads of their own.
+        self._chips: ChipPool | None = None
+        # Whether ``devices`` named the chips at the last configure: /diagnostics then has one
+        # status per chip.
+        self._per_chip = False
         self._label_info_pub: LifecyclePublisher | None = None
         # Whether the LabelInfo latched last names the box-only concept.
         self.label_info_has_box_only = False
@@ -304,8 +313,8 @@ class Sam3Node(LifecycleNode):
         """
         for name in PARAMETERS:
             parameter = self.get_parameter(name)
-            if name in ("prompts", "cameras") and parameter.type_ == Parameter.Type.NOT_SET:
-                continue  # unset: the node waits for prompts; one camera on image
+            if name in ("prompts", "cameras", "devices") and parameter.type_ == Parameter.Type.NOT_SET:
+                continue  # unset: the node waits for prompts; one camera on image; one device
             reason = wrong_type(name, parameter.type_, parameter.value)
             if reason:
                 raise ValueError(reason)
@@ -398,27 +407,41 @@ class Sam3Node(LifecycleNode):
         request["max_instances"] = values["max_instances"]
         self._cameras = self._make_cameras(camera_names(values["cameras"]))
         self._slot = FrameSlot(tuple(self._cameras))
-        worker = InferenceWorker(
+        try:
+            devices = self._devices_to_open(values)
+        except EngineError as error:
+            self._report_configure_failure(error)
+            self._release()
+            return TransitionCallbackReturn.FAILURE
+        chips = ChipPool(
+            devices,
             functools.partial(self._build_segmenter, request),
             self._handle_frame,
             self._slot,
-            self._on_engine_closed,
             self.get_logger(),
+            on_lost=self._on_chip_lost,
+            on_closed=self._on_engine_closed,
         )
-        self._worker = worker
+        self._chips = chips
+        self._per_chip = bool(device_names(values["devices"]))
         self.get_logger().info(f"configuring: {self._engine_request()}")
         started = time.monotonic()
-        worker.start()
-        while not worker.ready.wait(0.2):
+        chips.start()
+        while not chips.wait_ready(0.2):
             if self._stop_requested.is_set() or not self.context.ok():
                 self.get_logger().warning("shutdown requested while configuring")
                 self._release()
                 return TransitionCallbackReturn.FAILURE
-        if worker.startup_error is not None:
-            self._report_configure_failure(worker.startup_error)
+        chips.settle()
+        failures = chips.startup_errors
+        if not chips.serving:
+            for error in failures.values():
+                self._report_configure_failure(error)
             self._release()
             return TransitionCallbackReturn.FAILURE
-        self._engine_info = worker.description
+        for name, error in failures.items():
+            self._report_configure_failure(error, f"chip {name} is out of service until the next configure")
+        self._engine_info = chips.description
         self._create_publishers()
         self._state = "inactive"
         self.get_logger().info(
@@ -493,13 +516,13 @@ class Sam3Node(LifecycleNode):
         """Close the engine on its thread and destroy every handle. Safe to call repeatedly."""
         with self._release_lock:
             self._unsubscribe()
-            worker, self._worker = self._worker, None
-            if worker is not None:
+            chips, self._chips = self._chips, None
+            if chips is not None:
                 # Said before stop(): the worker may log "engine released" at once.
-                if worker.is_alive():
+                if chips.alive:
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
-                worker.stop()
-                worker.join()
+                chips.stop()
+                chips.join()
             for camera in self._cameras.values():
                 for name in camera.PUBLISHERS:
                     publisher = getattr(camera, name)
@@ -525,13 +548,15 @@ class Sam3Node(LifecycleNode):
         names = ("engine", "tracker", "model_id", "device", "dtype")
         return ", ".join(f"{name}={self.get_parameter(name).value or 'default'}" for name in names)
 
-    def _build_segmenter(self, request: dict[str, Any]) -> Any:
-        """Called on the worker thread: weights, device, engine (all device calls stay there).
+    def _build_segmenter(self, request: dict[str, Any], device: str) -> Any:
+        """Called on a chip's thread: weights, device, engine (all its device calls stay there).
 
         ``request`` holds the READ_AT_CONFIGURE parameter values and max_instances' value,
-        captured by on_configure.
+        captured by on_configure; ``device`` is the chip's (``device``'s value with one chip).
         """
         from tt_sam3_ros.segmenter import Sam3Segmenter
+
+        request = {**request, "device": device}
 
         if request["model_id"] == TINY_MODEL_ID:
             self.get_logger().warning(
@@ -561,22 +586,46 @@ class Sam3Node(LifecycleNode):
             ttnn_options=ttnn_options(request),
         )
 
-    def _report_configure_failure(self, error: BaseException) -> None:
-        """Log why configure failed: an expected failure's reason alone (its traceback at DEBUG),
-        any other with its traceback."""
-        self._stats.note_error(f"configure: {printable(error, REASON_LIMIT)}")
+    def _report_configure_failure(self, error: BaseException, consequence: str = "") -> None:
+        """Log why configure (or one chip of several) failed: an expected failure's reason alone
+        (its traceback at DEBUG), any other with its traceback; ``consequence`` follows the reason
+        when the node configures without that chip."""
         details = "".join(traceback.format_exception(error))
+        after = f" ({consequence})" if consequence else ""
+        if not consequence:
+            self._stats.note_error(f"configure: {printable(error, REASON_LIMIT)}")
         if is_expected_failure(error):
-            self.get_logger().error(f"cannot configure: {error}")
+            self.get_logger().error(f"cannot configure: {error}{after}")
             self.get_logger().debug(f"cannot configure:\n{details}")
         else:
-            self.get_logger().error(f"cannot configure: {type(error).__name__}: {error}\n{details}")
+            self.get_logger().error(f"cannot configure: {type(error).__name__}: {error}{after}\n{details}")
 
-    def _on_engine_closed(self, description: dict[str, str]) -> None:
-        """Called on the worker thread once ``close()`` returned: the device is free."""
+    def _on_engine_closed(self, chip: Chip) -> None:
+        """Called on the chip's thread once its engine's ``close()`` returned: the device is free."""
+        description = chip.snapshot().description
+        which = f" (chip {chip.name})" if self._per_chip else ""
         self.get_logger().info(
-            "engine released: " + ", ".join(f"{key}={value}" for key, value in description.items())
+            f"engine released{which}: " + ", ".join(f"{key}={value}" for key, value in description.items())
         )
+
+    def _devices_to_open(self, values: dict[str, Any]) -> list[tuple[str, str]]:
+        """(name, device) of each chip to open: ``devices`` (``all``: every chip ttnn sees), else
+        the one device ``device`` names.
+
+        Raises:
+            EngineError: ``all`` and ttnn cannot be loaded or sees no chip.
+        """
+        names = device_names(values["devices"])
+        if not names:
+            device = values["device"] or ""
+            return [(device or "default", device)]
+        if names == (ALL_DEVICES,):
+            count = chip_count()
+            if count < 1:
+                raise EngineError(f"devices '{ALL_DEVICES}': ttnn sees no Tenstorrent chip")
+            names = tuple(str(index) for index in range(count))
+            self.get_logger().info(f"devices '{ALL_DEVICES}': ttnn sees {count} chip(s): {', '.join(names)}")
+        return [(name, name) for name in names]
 
     # ----------------------------------------------------------------- topics
 
@@ -740,8 +789,12 @@ class Sam3Node(LifecycleNode):
 
     # ----------------------------------------------------------------- worker side
 
-    def _handle_frame(self, segmenter: Any, frame: Frame) -> None:
-        """Called on the worker thread: one frame through the pipeline onto its camera's topics."""
+    def _handle_frame(self, segmenter: Any, frame: Frame, chip: Chip, wait_turn: Callable[[], None]) -> str:
+        """Called on a chip's thread: one frame through the pipeline onto its camera's topics.
+
+        ``wait_turn`` holds the outputs until the camera's earlier frames are out (``chips``).
+        Returns why the chip is lost when this frame made it so, else ''.
+        """
         camera = self._cameras[frame.camera]
         header = frame.msg.header
         report = self._pipeline.process(
@@ -758,6 +811,8 @@ class Sam3Node(LifecycleNode):
             ),
             self._settings,
             _FrameOutputs(self, camera, header, self._depth_enabled),
+            chip=chip.stats,
+            wait_turn=wait_turn,
         )
         if report.outcome == "answered":
             stamp = messages.stamp_ns(header)
@@ -765,7 +820,23 @@ class Sam3Node(LifecycleNode):
         if self.label_info_has_box_only and not self._box_only_in_force():
             self.publish_label_info()  # the box-only concept was replaced: its class leaves the map
         if report.engine_lost:
-            self._engine_given_up(report.reason)
+            return f"{ENGINE_ERROR_LIMIT} frames in a row failed in the engine (last: {report.reason})"
+        return ""
+
+    def _on_chip_lost(self, chip: Chip) -> None:
+        """Called on the lost chip's thread (its engine about to close): the other chips serve on,
+        or, with none left, the node takes the lifecycle's error path."""
+        chips = self._chips
+        serving = chips.serving if chips is not None else ()
+        if not serving:
+            self._engine_given_up(chip.reason)
+            return
+        names = ", ".join(c.name for c in serving)
+        self.get_logger().error(
+            f"chip {chip.name} taken out of service: {chip.reason}; chip(s) {names} serve every camera. "
+            f"The next configure opens it again: ros2 lifecycle set {self.get_fully_qualified_name()} "
+            "deactivate, cleanup, configure, activate"
+        )
 
     @contextlib.contextmanager
     def publishing(self) -> Iterator[None]:
@@ -778,14 +849,14 @@ class Sam3Node(LifecycleNode):
                 raise
 
     def _engine_given_up(self, reason: str) -> None:
-        """Called on the worker thread: the engine failed ENGINE_ERROR_LIMIT frames in a row.
+        """Called on the worker thread: the engine (the last chip serving) failed ENGINE_ERROR_LIMIT
+        frames in a row; ``reason`` says so.
 
         The lifecycle's error path (deactivate returns ERROR, on_error releases the engine,
         the node ends unconfigured) runs on a thread of its own: it joins this worker.
         """
         summary = (
-            f"{ENGINE_ERROR_LIMIT} frames in a row failed in the engine (last: {reason}); "
-            "the engine looks lost: taking the lifecycle error path (engine released, node "
+            f"{reason}; the engine looks lost: taking the lifecycle error path (engine released, node "
             f"unconfigured). Fix the device, then: ros2 lifecycle set {self.get_fully_qualified_name()} "
             "configure, activate"
         )
@@ -805,6 +876,9 @@ class Sam3Node(LifecycleNode):
         array = DiagnosticArray()
         array.header.stamp = self.get_clock().now().to_msg()
         array.status.append(segmentation_status(view, self._stats.snapshot()))
+        chips = self._chips
+        if self._per_chip and chips is not None:
+            array.status += [chip_status(view, chip.snapshot()) for chip in chips.chips]
         for camera in self._cameras.values():
             if camera.name:
                 array.status.append(camera_status(view, camera.name, camera.state.stats.camera.snapshot()))
@@ -828,7 +902,16 @@ class Sam3Node(LifecycleNode):
             fully_qualified_name=self.get_fully_qualified_name(),
             prompt_path=engine.get("prompt_path", ""),
             input_path=engine.get("input", ""),
+            devices=self._devices_view(),
         )
+
+    def _devices_view(self) -> str:
+        """The chips and which serve, for /diagnostics ('' without ``devices``)."""
+        chips = self._chips
+        if not self._per_chip or chips is None:
+            return ""
+        serving = ", ".join(chip.name for chip in chips.serving) or "none"
+        return f"{', '.join(chip.name for chip in chips.chips)} (serving: {serving})"
 
 
 def main(args: list[str] | None = None) -> int:

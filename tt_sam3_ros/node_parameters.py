@@ -43,6 +43,10 @@ from tt_sam3_ros.weights.release import DEFAULT_MODEL_ID
 TRANSPORTS = ("raw", "compressed")
 #: Most cameras one node serves: each adds a subscription, five publishers and a status.
 MAX_CAMERAS = 16
+#: Most chips one node drives (a Galaxy holds 32).
+MAX_DEVICES = 32
+#: The ``devices`` value that means every chip ttnn sees.
+ALL_DEVICES = "all"
 #: A camera name is one ROS name token: it becomes part of topic names (front/image, ~/front/masks).
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 #: Said when prompts exceed max_prompts: the limit sized the engine at configure.
@@ -86,6 +90,7 @@ READ_AT_CONFIGURE = (
     "weights_dir",
     "max_image_side",
     "cameras",
+    "devices",
 )
 READ_AT_ACTIVATE = ("transport", "qos_reliability", "qos_depth", "depth")
 
@@ -333,6 +338,18 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
             "starting with a letter",
         ),
     ),
+    "devices": (
+        Parameter.Type.STRING_ARRAY,
+        _describe(
+            "Tenstorrent chips to serve on, one engine each, e.g. [0, 1], or all (every chip ttnn "
+            "sees): each free chip takes the next camera's newest frame, a camera's outputs leave in "
+            "the order its frames came, and a chip that fails is taken out of service while the others "
+            "serve every camera (the next configure opens it again). Unset or empty: the one device "
+            "'device' names. Needs the ttnn engine (engine ttnn or auto; leave device empty). "
+            "Read at configure.",
+            additional_constraints=f"distinct chip ids 0, 1, ... (at most {MAX_DEVICES}), or all",
+        ),
+    ),
     "autostart": (
         True,
         _describe("Configure and activate at start; false waits for lifecycle transitions.", read_only=True),
@@ -387,6 +404,8 @@ def _example(name: str) -> str:
         return "['car', 'person']"
     if name == "cameras":
         return "['front', 'left']"
+    if name == "devices":
+        return "[0, 1]"
     if isinstance(default, bool):
         return "true"
     if isinstance(default, str):
@@ -394,8 +413,14 @@ def _example(name: str) -> str:
     return str(default)
 
 
+#: How ``devices`` may be written besides a list of strings: ``-p devices:="[0, 1]"`` (integers)
+#: and ``-p devices:=all`` (one string).
+_DEVICES_SPELLINGS = (Parameter.Type.INTEGER_ARRAY, Parameter.Type.STRING)
+
+
 def coerced(parameter: Parameter) -> Parameter:
-    """An integer given for a double parameter, as that double (``-p threshold:=0`` means 0.0).
+    """An integer given for a double parameter, as that double (``-p threshold:=0`` means 0.0);
+    ``devices`` written as integers or as one string, as the list of strings it means.
 
     Any other parameter is returned unchanged; ``wrong_type`` judges it.
     """
@@ -405,6 +430,9 @@ def coerced(parameter: Parameter) -> Parameter:
         and parameter.type_ == Parameter.Type.INTEGER
     ):
         return Parameter(parameter.name, Parameter.Type.DOUBLE, float(parameter.value))
+    if parameter.name == "devices" and parameter.type_ in _DEVICES_SPELLINGS:
+        values = [parameter.value] if parameter.type_ == Parameter.Type.STRING else parameter.value
+        return Parameter("devices", Parameter.Type.STRING_ARRAY, [str(value) for value in values])
     return parameter
 
 
@@ -422,6 +450,8 @@ def wrong_type(name: str, type_: Parameter.Type, value: Any) -> str:
     if expected == Parameter.Type.STRING_ARRAY and type_ in _EMPTY_ARRAYS and len(value) == 0:
         return ""
     if expected == Parameter.Type.DOUBLE and type_ == Parameter.Type.INTEGER:
+        return ""
+    if name == "devices" and type_ in _DEVICES_SPELLINGS:
         return ""
     what = {
         Parameter.Type.STRING_ARRAY: "a list of strings",
@@ -497,8 +527,20 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
     try:
         _depth_limits(values)
         camera_names(values.get("cameras"))
+        devices = device_names(values.get("devices"))
     except InputError as error:
         return str(error)
+    if devices and (values["engine"] == "torch" or values["tracker"] == "sam3"):
+        return (
+            "devices names Tenstorrent chips, which the ttnn engine drives; the torch engine (and tracker "
+            "'sam3') runs on the one device 'device' names: set engine to ttnn or auto, or leave devices "
+            "unset"
+        )
+    if devices and values["device"]:
+        return (
+            f"set devices or device, not both (device {quoted(values['device'])}, devices "
+            f"[{', '.join(devices)}]): devices names every chip to serve on; leave device empty"
+        )
     return ""
 
 
@@ -521,6 +563,30 @@ def camera_names(cameras: list[str] | None) -> tuple[str, ...]:
     if duplicates:
         raise InputError(f"cameras: {quoted(duplicates[0])} is named twice")
     return names
+
+
+def device_names(devices: list[str] | None) -> tuple[str, ...]:
+    """The ``devices`` parameter checked: distinct chip ids ('0', '1', ...) or ('all',); () when
+    unset or empty.
+
+    Raises:
+        InputError: naming the offending entry (quoted: it is untrusted text).
+    """
+    names = tuple(name.strip() for name in devices or ())
+    if ALL_DEVICES in names and len(names) > 1:
+        raise InputError(
+            f"devices: '{ALL_DEVICES}' stands alone (every chip ttnn sees); got {len(names)} entries"
+        )
+    if len(names) > MAX_DEVICES:
+        raise InputError(f"devices: at most {MAX_DEVICES} chips, got {len(names)}")
+    for name in names:
+        if name != ALL_DEVICES and not (name.isascii() and name.isdigit()):
+            raise InputError(f"devices: {quoted(name)} is not a chip id (0, 1, ...) nor '{ALL_DEVICES}'")
+    ids = [str(int(name)) if name != ALL_DEVICES else name for name in names]
+    duplicates = sorted({name for name in ids if ids.count(name) > 1})
+    if duplicates:
+        raise InputError(f"devices: chip {duplicates[0]} is named twice")
+    return tuple(ids)
 
 
 def _depth_limits(values: dict[str, Any]) -> DepthLimits:

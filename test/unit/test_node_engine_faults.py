@@ -19,6 +19,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
+from tt_sam3_ros.chips import Chip
 from tt_sam3_ros.diagnostics import segmentation_status
 from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
 from tt_sam3_ros.results import SegmentationResult
@@ -69,7 +70,7 @@ def _node(context: rclpy.context.Context, segmenters: list[ScriptedSegmenter]) -
     ]
     sam3 = Sam3Node(context=context, parameter_overrides=overrides)
     queue = list(segmenters)
-    sam3._build_segmenter = lambda request: queue.pop(0)
+    sam3._build_segmenter = lambda request, device: queue.pop(0)
     return sam3
 
 
@@ -108,7 +109,7 @@ def test_a_warmup_failure_releases_the_engine_and_a_second_configure_succeeds(co
 
 
 def _handle(sam3: Sam3Node, segmenter: ScriptedSegmenter, msg: Image) -> dict[str, str]:
-    sam3._handle_frame(segmenter, Frame(msg, time.monotonic()))
+    sam3._handle_frame(segmenter, Frame(msg, time.monotonic()), Chip("default", ""), lambda: None)
     return {kv.key: kv.value for kv in _status(sam3).values}
 
 
@@ -259,7 +260,7 @@ def test_hints_name_the_node_by_its_real_name(context, monkeypatch) -> None:
 
         monkeypatch.setattr(type(logger), level, record)
     lost = ScriptedSegmenter(fail_with=RuntimeError("device lost"))
-    sam3._build_segmenter = lambda request: lost
+    sam3._build_segmenter = lambda request, device: lost
     try:
         assert sam3.get_fully_qualified_name() == "/robot/segmenter"
         assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
@@ -295,7 +296,7 @@ def test_expected_configure_errors_give_their_reason_alone(
     from tt_sam3_ros.engines.base import EngineError
     from tt_sam3_ros.weights import WeightsError
 
-    def build(request: object) -> ScriptedSegmenter:
+    def build(request: object, device: str) -> ScriptedSegmenter:
         raise {
             "engine": EngineError("the ttnn engine cannot be loaded: No module named 'ttnn'"),
             "weights": WeightsError("no weights for facebook/sam3 in the cache; set weights_dir"),

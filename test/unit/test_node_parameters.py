@@ -38,7 +38,8 @@ def test_config_file_lists_every_parameter_at_its_default() -> None:
     assert set(values) == set(PARAMETERS)
     for name, default in _defaults().items():
         # An empty list in a params file leaves a parameter unset, like prompts' default.
-        assert (values[name] or None if name in ("prompts", "cameras") else values[name]) == default, name
+        unset_when_empty = name in ("prompts", "cameras", "devices")
+        assert (values[name] or None if unset_when_empty else values[name]) == default, name
 
 
 def test_every_parameter_says_what_it_does_and_its_range() -> None:
@@ -80,6 +81,14 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"track_min_iou": 0.0}, "track_min_iou must be in (0, 1]"),
         ({"track_max_age_frames": 10}, ""),
         ({"track_max_age_frames": 0}, "track_max_age_frames must be a whole number of frames >= 1, got 0"),
+        ({"devices": ["0", "1"]}, ""),
+        ({"devices": ["all"], "engine": "ttnn"}, ""),
+        ({"devices": ["all", "0"]}, "devices: 'all' stands alone"),
+        ({"devices": ["1", "01"]}, "devices: chip 1 is named twice"),
+        ({"devices": ["0", "gpu"]}, "devices: 'gpu' is not a chip id (0, 1, ...) nor 'all'"),
+        ({"devices": [str(k) for k in range(33)]}, "devices: at most 32 chips, got 33"),
+        ({"devices": ["0", "1"], "engine": "torch"}, "devices names Tenstorrent chips, which the ttnn"),
+        ({"devices": ["0", "1"], "device": "0"}, "set devices or device, not both"),
     ],
 )
 def test_parameter_combinations_are_checked_together(changes: dict[str, object], reason: str) -> None:
@@ -108,6 +117,48 @@ def test_any_max_prompts_and_prompt_count_is_accepted_within_the_bounds_or_refus
         assert f"{count} given, at most {max_prompts} allowed (max_prompts, read at configure" in reason
 
 
+@given(devices=st.lists(st.text(max_size=6), max_size=40))
+def test_any_devices_list_is_accepted_as_distinct_chip_ids_or_refused_on_one_line(devices: list[str]) -> None:
+    """Untrusted values: distinct chip ids (or 'all' alone) pass; anything else is refused with a
+    one-line reason naming devices, never an exception."""
+    reason = invalid_values({**_defaults(), "devices": devices})
+    ids = [d.strip() for d in devices]
+    chips = all(i.isascii() and i.isdigit() for i in ids) and len({int(i) for i in ids}) == len(ids)
+    assert (reason == "") == (len(ids) <= 32 and (chips or ids == ["all"])), reason
+    assert "\n" not in reason
+    if reason:
+        assert reason.startswith("devices: "), reason
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"), [("all", ["all"]), ([0, 1], ["0", "1"]), (["2", "3"], ["2", "3"])]
+)
+def test_devices_may_be_written_as_integers_or_as_all(written: object, meant: list[str]) -> None:
+    """``-p devices:=all`` and ``-p devices:="[0, 1]"`` are what a user types; both mean a list."""
+    import rclpy
+
+    from tt_sam3_ros.node import Sam3Node
+
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    try:
+        overrides = [Parameter("autostart", value=False), Parameter("devices", value=written)]
+        node = Sam3Node(context=context, parameter_overrides=overrides)
+        assert node.get_parameter("devices").value == meant
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def test_devices_is_read_at_configure_because_it_opens_the_chips(sam3_node) -> None:
+    assert "devices" in READ_AT_CONFIGURE
+    (result,) = sam3_node.set_parameters([Parameter("devices", value=[0, 1])])
+    assert result.successful, result.reason
+    assert sam3_node.get_parameter("devices").value == ["0", "1"]
+    (refused,) = sam3_node.set_parameters([Parameter("devices", value=[1.5])])
+    assert not refused.successful and "devices must be a list of strings, e.g. [0, 1]" in refused.reason
+
+
 def test_max_prompts_is_read_at_configure_because_it_sizes_the_engine() -> None:
     assert "max_prompts" in READ_AT_CONFIGURE
     assert "Read at configure" in PARAMETERS["max_prompts"][1].description
@@ -118,7 +169,7 @@ def test_frame_slot_keeps_only_the_newest_frame() -> None:
     first, second = Frame(msg=None, received_s=1.0), Frame(msg=None, received_s=2.0)
     assert slot.put(first) is False
     assert slot.put(second) is True  # first is dropped, and the caller is told
-    assert slot.take() is second
+    assert slot.take() == second
     assert slot.clear() is False
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "blackhole_status",
+    "chip_count",
     "chip_id",
     "choose_engine",
     "create_engine",
@@ -85,6 +86,17 @@ def chip_id(device: str | None) -> int:
             "or leave it empty for chip 0"
         )
     return int(device)
+
+
+def chip_count() -> int:
+    """How many Tenstorrent chips ttnn sees (its ``GetNumAvailableDevices``); opens none.
+
+    Raises:
+        EngineError: ttnn cannot be imported.
+    """
+    from .ttnn_model.device import load_ttnn
+
+    return int(load_ttnn().GetNumAvailableDevices())
 
 
 def choose_engine(requested: str, device: str | None) -> tuple[str, str]:

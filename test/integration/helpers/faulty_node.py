@@ -57,9 +57,9 @@ def install() -> None:
     build = node.Sam3Node._build_segmenter
     delay_s = float(os.environ.get("SAM3_BUILD_DELAY_S", "0"))
 
-    def slow_build(self: node.Sam3Node, request: dict[str, Any]) -> Any:
+    def slow_build(self: node.Sam3Node, request: dict[str, Any], device: str) -> Any:
         time.sleep(delay_s)
-        return build(self, request)
+        return build(self, request, device)
 
     node.Sam3Node._build_segmenter = slow_build
 

@@ -1,0 +1,281 @@
+"""The node with ``devices``: one engine per chip, a failed chip out of service while the others
+serve, per-chip /diagnostics, and full service again at the next configure.
+
+A real ``Sam3Node`` (real rclpy, its own context, sandboxed DDS) whose ``_build_segmenter``
+hands out a scripted engine per chip, so a test can make one chip fail at start or on every
+frame and read what a user reads: the lifecycle state and the /diagnostics statuses the node
+publishes. The node over real chips' engines (the TT-NN emulator) is
+test/integration/test_node_chips_emulated.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Image
+
+from tt_sam3_ros.engines.base import EngineError
+from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
+from tt_sam3_ros.results import SegmentationResult
+
+CAMERAS = ["front", "left", "right", "rear"]
+#: A liveness bound for the worker threads, far above what a scripted frame takes.
+LIMIT_S = 30.0
+
+
+class ScriptedSegmenter:
+    """Stands in for one chip's Sam3Segmenter: answers with no instance, or fails every frame
+    while ``fail_with`` is set; counts its frames and closes."""
+
+    max_image_side = 4096
+
+    def __init__(self, chip: str, fail_with: Exception | None = None) -> None:
+        self.chip = chip
+        self.fail_with = fail_with
+        self.calls = 0
+        self.closed = 0
+
+    def describe(self) -> dict[str, str]:
+        return {"engine": "scripted", "device": f"scripted chip {self.chip}", "dtype": "none"}
+
+    def warmup(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def __call__(self, rgb: np.ndarray, prompts: list[str], **_: Any) -> SegmentationResult:
+        self.calls += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        return SegmentationResult(image_size=rgb.shape[:2], prompts=list(prompts), instances=[], presence={})
+
+
+class Published:
+    """Stands in for the /diagnostics publisher: keeps the last array."""
+
+    def __init__(self) -> None:
+        self.last: DiagnosticArray | None = None
+
+    def publish(self, array: DiagnosticArray) -> None:
+        self.last = array
+
+
+@pytest.fixture
+def context() -> Iterator[rclpy.context.Context]:
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    yield context
+    rclpy.try_shutdown(context=context)
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Sam3Node]]:
+    made: list[Sam3Node] = []
+    yield made
+    for sam3 in made:
+        sam3.shut_down()
+        sam3.destroy_node()
+
+
+def _node(
+    context: rclpy.context.Context,
+    nodes: list[Sam3Node],
+    build: Callable[[str], ScriptedSegmenter],
+    devices: object = ("0", "1"),
+) -> Sam3Node:
+    overrides = [
+        Parameter("autostart", value=False),
+        Parameter("model_id", value="tiny-random"),
+        Parameter("engine", value="ttnn"),
+        Parameter("prompts", value=["car"]),
+        Parameter("cameras", value=CAMERAS),
+    ]
+    if devices:
+        written = devices if isinstance(devices, str) else list(devices)
+        overrides.append(Parameter("devices", value=written))
+    sam3 = Sam3Node(context=context, parameter_overrides=overrides)
+    nodes.append(sam3)
+    sam3._build_segmenter = lambda request, device: build(device)
+    sam3._diagnostics_pub = Published()
+    return sam3
+
+
+def _statuses(sam3: Sam3Node) -> dict[str, DiagnosticStatus]:
+    """The statuses the node publishes on /diagnostics now, by name."""
+    sam3._publish_diagnostics()
+    return {status.name: status for status in sam3._diagnostics_pub.last.status}
+
+
+def _values(status: DiagnosticStatus) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
+
+
+def _image(value: int = 0) -> Image:
+    msg = Image(height=6, width=8, encoding="rgb8", step=24)
+    msg.data = bytes([value]) * (6 * 8 * 3)
+    msg.header.frame_id = "cam"
+    return msg
+
+
+def _send(sam3: Sam3Node, camera: str) -> None:
+    sam3._on_image(sam3._cameras[camera], _image())
+
+
+def _processed(sam3: Sam3Node, camera: str) -> int:
+    return sam3._cameras[camera].state.stats.camera.snapshot().processed
+
+
+def _wait(condition: Callable[[], bool]) -> bool:
+    """Poll ``condition`` until true or LIMIT_S passed (a liveness bound, not a timing)."""
+    pause = threading.Event()
+    for _ in range(int(LIMIT_S / 0.01)):
+        if condition():
+            return True
+        pause.wait(0.01)
+    return condition()
+
+
+def test_a_chip_that_fails_is_taken_out_of_service_the_others_serve_every_camera_and_configure_restores_it(
+    context, nodes
+) -> None:
+    engines: dict[str, list[ScriptedSegmenter]] = {"0": [], "1": []}
+    lost = RuntimeError("device lost: no reply from chip 1")
+
+    def build(device: str) -> ScriptedSegmenter:
+        failing = device == "1" and not engines["1"]  # the first engine of chip 1 only
+        engines[device].append(ScriptedSegmenter(device, fail_with=lost if failing else None))
+        return engines[device][-1]
+
+    sam3 = _node(context, nodes, build)
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    statuses = _statuses(sam3)
+    assert {"sam3: chip 0", "sam3: chip 1"} <= set(statuses)
+    assert _values(statuses["sam3: segmentation"])["devices"] == "0, 1 (serving: 0, 1)"
+    assert _values(statuses["sam3: chip 1"])["device"] == "scripted chip 1"
+    failing = engines["1"][0]
+    sent = 0
+    while failing.closed == 0:
+        sent += 1
+        assert sent < 400, "chip 1 was never taken out of service"
+        camera = CAMERAS[sent % len(CAMERAS)]
+        before = (failing.calls, _processed(sam3, camera))
+        _send(sam3, camera)
+        assert _wait(lambda camera=camera, before=before: (failing.calls, _processed(sam3, camera)) != before)
+    statuses = _statuses(sam3)
+    chip_1 = statuses["sam3: chip 1"]
+    assert chip_1.level == DiagnosticStatus.ERROR
+    last = f"engine error: RuntimeError: {lost}"
+    reason = f"{ENGINE_ERROR_LIMIT} frames in a row failed in the engine (last: {last})"
+    assert chip_1.message == f"out of service: {reason}"
+    assert _values(chip_1)["state"] == "out of service"
+    assert _values(chip_1)["engine_errors"] == str(ENGINE_ERROR_LIMIT)
+    assert statuses["sam3: chip 0"].level == DiagnosticStatus.OK
+    assert _values(statuses["sam3: segmentation"])["devices"] == "0, 1 (serving: 0)"
+    assert sam3._state == "active"
+    for camera in CAMERAS:  # every camera is still served, on chip 0
+        before = _processed(sam3, camera)
+        _send(sam3, camera)
+        assert _wait(lambda camera=camera, before=before: _processed(sam3, camera) > before), camera
+
+    assert sam3.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    assert sam3.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    assert engines["0"][0].closed == 1 and failing.closed == 1
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS  # chip 1 is back
+    assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    statuses = _statuses(sam3)
+    assert _values(statuses["sam3: segmentation"])["devices"] == "0, 1 (serving: 0, 1)"
+    assert statuses["sam3: chip 1"].level == DiagnosticStatus.OK
+    for sent in range(2 * len(CAMERAS)):
+        camera = CAMERAS[sent % len(CAMERAS)]
+        before = _processed(sam3, camera)
+        _send(sam3, camera)
+        assert _wait(lambda camera=camera, before=before: _processed(sam3, camera) > before)
+    assert engines["1"][1].calls + engines["0"][1].calls == 2 * len(CAMERAS)
+
+
+def test_the_last_chip_lost_takes_the_lifecycle_error_path(context, nodes) -> None:
+    lost = RuntimeError("device lost")
+    sam3 = _node(context, nodes, lambda device: ScriptedSegmenter(device, fail_with=lost), devices=["3"])
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    for sent in range(ENGINE_ERROR_LIMIT):
+        _send(sam3, "front")
+        assert _wait(lambda sent=sent: sam3._state != "active" or _engine_errors(sam3) > sent)
+    assert _wait(lambda: sam3._state == "unconfigured"), sam3._state
+    values = _values(_statuses(sam3)["sam3: segmentation"])
+    assert "the engine looks lost" in values["last_error"]
+
+
+def _engine_errors(sam3: Sam3Node) -> int:
+    return sam3._stats.snapshot().engine_errors
+
+
+def test_a_chip_that_cannot_start_is_out_of_service_and_configure_succeeds_on_the_others(
+    context, nodes
+) -> None:
+    def build(device: str) -> ScriptedSegmenter:
+        if device == "1":
+            raise EngineError("cannot open Blackhole chip 1: it is absent, or held by another process")
+        return ScriptedSegmenter(device)
+
+    sam3 = _node(context, nodes, build, devices=["0", "1", "2"])
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    statuses = _statuses(sam3)
+    chip_1 = statuses["sam3: chip 1"]
+    assert chip_1.level == DiagnosticStatus.ERROR
+    assert chip_1.message == (
+        "out of service: cannot start: cannot open Blackhole chip 1: it is absent, or held by another process"
+    )
+    assert _values(statuses["sam3: segmentation"])["devices"] == "0, 1, 2 (serving: 0, 2)"
+
+
+def test_configure_fails_when_no_chip_can_start(context, nodes) -> None:
+    def build(device: str) -> ScriptedSegmenter:
+        raise EngineError(f"cannot open Blackhole chip {device}")
+
+    sam3 = _node(context, nodes, build)
+    assert sam3.trigger_configure() == TransitionCallbackReturn.FAILURE
+    assert sam3._state == "unconfigured"
+    assert "cannot open Blackhole chip" in _values(_statuses(sam3)["sam3: segmentation"])["last_error"]
+
+
+def test_all_opens_every_chip_ttnn_sees(context, nodes, monkeypatch) -> None:
+    import tt_sam3_ros.node
+
+    monkeypatch.setattr(tt_sam3_ros.node, "chip_count", lambda: 3)
+    opened: list[str] = []
+
+    def build(device: str) -> ScriptedSegmenter:
+        opened.append(device)
+        return ScriptedSegmenter(device)
+
+    sam3 = _node(context, nodes, build, devices="all")
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert sorted(opened) == ["0", "1", "2"]
+    assert {name for name in _statuses(sam3) if ": chip " in name} == {f"sam3: chip {k}" for k in range(3)}
+
+
+def test_without_devices_there_is_one_engine_on_device_and_no_chip_status(context, nodes) -> None:
+    opened: list[str] = []
+
+    def build(device: str) -> ScriptedSegmenter:
+        opened.append(device)
+        return ScriptedSegmenter(device)
+
+    sam3 = _node(context, nodes, build, devices=[])
+    assert sam3.set_parameters([Parameter("device", value="2")])[0].successful
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert opened == ["2"]
+    statuses = _statuses(sam3)
+    assert not [name for name in statuses if ": chip " in name]
+    assert "devices" not in _values(statuses["sam3: segmentation"])
