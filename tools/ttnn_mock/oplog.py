@@ -32,6 +32,8 @@ RUNTIME = frozenset(
         "open_mesh_device",
         "close_device",
         "close_mesh_device",
+        "CreateDevices",
+        "CloseDevices",
         "synchronize_device",
         "deallocate",
         "from_torch",

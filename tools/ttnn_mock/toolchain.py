@@ -126,20 +126,44 @@ def check_wheel(root: Path | None = None, version: str | None = None) -> Path:
     return root
 
 
-def cluster_descriptor(harvest_mask: int) -> str:
-    """A one-chip p150 descriptor with `harvest_mask` as its Tensix harvesting."""
+def cluster_descriptor(harvest_mask: int, boards: int = 1) -> str:
+    """A p150 descriptor with `harvest_mask` as its Tensix harvesting; with `boards` > 1, that many
+    p150 boards side by side, each chip on its own PCIe link and no Ethernet link between them."""
     text, count = re.subn(r"(\n    harvest_mask: )\d+", rf"\g<1>{harvest_mask}", MOCK_P150)
     if count != 1:
         raise MockUnavailableError(
             "the p150 descriptor in tools/ttnn_conformance.py has no single harvest_mask"
         )
-    return text
+    if boards == 1:
+        return text
+    found = re.search(r"chip_unique_ids:\n  0: (\d+)\n", text)
+    harvesting = re.search(r"harvesting:\n  0:\n((?:    .*\n)+)", text)
+    if boards < 1 or found is None or harvesting is None:
+        raise MockUnavailableError(f"cannot describe {boards} boards from the p150 descriptor")
+    first = int(found.group(1))
+    chips = range(boards)
+    return (
+        "arch:\n"
+        + "".join(f"  {i}: blackhole\n" for i in chips)
+        + "chips:\n  {}\nchip_unique_ids:\n"
+        + "".join(f"  {i}: {first + i}\n" for i in chips)
+        + "ethernet_connections:\n  []\nethernet_connections_to_remote_devices:\n  []\nchips_with_mmio:\n"
+        + "".join(f"  - {i}: {i}\n" for i in chips)
+        + "harvesting:\n"
+        + "".join(f"  {i}:\n{harvesting.group(1)}" for i in chips)
+        + "boards:\n"
+        + "".join(
+            f"  -\n    - board_id: {first + i}\n    - board_type: p150\n    - chips:\n        - {i}\n"
+            for i in chips
+        )
+    )
 
 
-def build(scratch: Path, harvest_mask: int, wheel: Path | None = None) -> dict[str, str]:
+def build(scratch: Path, harvest_mask: int, wheel: Path | None = None, boards: int = 1) -> dict[str, str]:
     """Lay out the mock in `scratch`; returns the environment variables that select it.
 
     `wheel`: the ttnn package folder to link (default: the installed one, checked first).
+    `boards`: how many unlinked p150 boards the descriptor holds (cluster_descriptor).
     """
     wheel = wheel or check_wheel()
     root = scratch / "runtime-root"
@@ -157,8 +181,8 @@ def build(scratch: Path, harvest_mask: int, wheel: Path | None = None) -> dict[s
     compiler = bin_dir / "riscv-tt-elf-g++"
     compiler.write_text(STAND_IN.format(version=COMPILER_VERSION, elf=elf))
     compiler.chmod(0o755)
-    descriptor = scratch / f"p150_harvest_{harvest_mask}.yaml"
-    descriptor.write_text(cluster_descriptor(harvest_mask))
+    descriptor = scratch / f"p150_harvest_{harvest_mask}_boards_{boards}.yaml"
+    descriptor.write_text(cluster_descriptor(harvest_mask, boards))
     return {
         "TT_METAL_RUNTIME_ROOT": str(root),
         "TT_METAL_MOCK_CLUSTER_DESC_PATH": str(descriptor),

@@ -135,6 +135,7 @@ def create_engine(
     ttnn_options: dict[str, Any] | None = None,
     max_prompts: int = MAX_PROMPTS,
     max_instances: int | None = None,
+    chips: Any = None,
 ) -> Engine:
     """Build the engine ``requested`` ('auto', 'torch', 'ttnn') around a loaded Sam3Model.
 
@@ -145,6 +146,8 @@ def create_engine(
     path's traces for it (the torch engine takes any count up to MAX_PROMPTS). ``max_instances``:
     the most instances a call will ask for; the ttnn engine's chip prompt path keeps that many
     queries per prompt on the chip (None: its default), the torch engine returns any count.
+    ``chips``: with one ttnn engine per chip in one process, the ``BlackholeChips`` they share
+    (ttnn_engine.TtnnEngine, its ``chips`` argument); None: the engine opens its chip alone.
     """
     options = {key: value for key, value in (ttnn_options or {}).items() if value not in (None, "")}
     unknown = sorted(set(options) - set(TTNN_OPTIONS))
@@ -162,7 +165,7 @@ def create_engine(
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
         sizes = {"max_prompts": max_prompts, "max_instances": max_instances}
         options.setdefault("prompt_path", DEFAULT_TTNN_PROMPT_PATH)
-        return TtnnEngine(model, tokenizer, device_id, dtype, **sizes, **options)
+        return TtnnEngine(model, tokenizer, device_id, dtype, chips=chips, **sizes, **options)
     from .torch_engine import TorchEngine
 
     return TorchEngine(model, tokenizer, device=device, dtype=dtype)

@@ -49,8 +49,10 @@ from .ttnn_model.device import (
     DEFAULT_TRACE_REGION,
     DISPATCH_MODES,
     WRITTEN_AGAINST_TTNN,
+    BlackholeChips,
     load_ttnn,
     open_blackhole,
+    open_blackholes,
     ttnn_version,
 )
 from .ttnn_model.geometry_encoder import GeometryConfig
@@ -66,12 +68,14 @@ __all__ = [
     "DISPATCH_MODES",
     "DTYPE_NAMES",
     "WRITTEN_AGAINST_TTNN",
+    "BlackholeChips",
     "ChipImageEncoder",
     "PromptPath",
     "TtnnEngine",
     "host_prompt_path",
     "load_ttnn",
     "open_blackhole",
+    "open_blackholes",
     "ttnn_version",
 ]
 
@@ -163,6 +167,10 @@ class TtnnEngine(Engine):
         max_instances: the chip prompt path's k, queries kept per prompt by the on-device top-k
             (None: ttnn_model.prompt_path.KEPT_QUERIES); give the largest max_instances the
             segmenter will be called with: a call asking for more reads every query back.
+        chips: with several engines in one process, one per chip, the same BlackholeChips for
+            all of them: the chips are opened together (its sizes and dispatch, not this
+            engine's), so each engine's close leaves the others serving. None: this engine
+            opens its chip on its own (one chip per process).
     """
 
     name = "ttnn"
@@ -186,6 +194,7 @@ class TtnnEngine(Engine):
         prompt_path: PromptPath | str = "host",
         max_prompts: int = MAX_PROMPTS,
         max_instances: int | None = None,
+        chips: BlackholeChips | None = None,
     ) -> None:
         if tuple(mesh_shape) != (1, 1):
             raise EngineError(
@@ -237,6 +246,7 @@ class TtnnEngine(Engine):
             l1_small_size,
             trace_region_size,
             dispatch,
+            chips=chips,
             matmul_dtype=dtypes[weight_dtype],
             param_dtype=dtypes[param_dtype],
             use_trace=use_trace,

@@ -51,9 +51,12 @@ from ._ops import (
 )
 from ._runtime import (
     _OPEN_DEVICES,
+    _OPENED_ALONE,
     _PROCESS,
     L1_BANK_BYTES,
     SETTINGS,
+    CloseDevices,
+    CreateDevices,
     Device,
     EmulatorError,
     EmulatorSettings,
@@ -150,7 +153,9 @@ def reset() -> None:
     for device in list(_OPEN_DEVICES.values()):
         device._traces.clear()
         device._capture = None
-        close_device(device)
+        if device._open:  # closing one chip opened alone closes those opened before it
+            close_device(device)
+    _OPENED_ALONE.clear()
     _PROCESS["broken"] = ""
     SETTINGS.__dict__.update(EmulatorSettings().__dict__)
 

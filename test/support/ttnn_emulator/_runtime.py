@@ -93,6 +93,10 @@ class EmulatorSettings:
 
 SETTINGS = EmulatorSettings()
 _OPEN_DEVICES: dict[int, Device] = {}
+#: Chips opened on their own (open_device, open_mesh_device, CreateDevices of one chip), in order.
+#: The real library ties each to those opened before it: closing it closes them too
+#: (docs/design/facts.md, Mock p150a); chips opened in one CreateDevices call close alone.
+_OPENED_ALONE: list[Device] = []
 _PROCESS = {"broken": ""}
 _ELEMENT_BYTES = {
     DataType.FLOAT32: 4,
@@ -603,6 +607,11 @@ def _open(
     return device
 
 
+def _opened_alone(device: Device) -> Device:
+    _OPENED_ALONE.append(device)
+    return device
+
+
 def open_device(
     *,
     device_id: int = 0,
@@ -615,7 +624,7 @@ def open_device(
     _check_open_args(
         l1_small_size=l1_small_size, trace_region_size=trace_region_size, worker_l1_size=worker_l1_size
     )
-    return _open(device_id, l1_small_size, trace_region_size, dispatch_core_config, 1)
+    return _opened_alone(_open(device_id, l1_small_size, trace_region_size, dispatch_core_config, 1))
 
 
 def open_mesh_device(
@@ -637,7 +646,45 @@ def open_mesh_device(
     if num_command_queues not in (1, 2):
         raise EmulatorError(f"open_mesh_device: num_command_queues must be 1 or 2, got {num_command_queues}")
     device_id = physical_device_ids[0] if physical_device_ids else 0
-    return _open(device_id, l1_small_size, trace_region_size, dispatch_core_config, num_command_queues)
+    return _opened_alone(
+        _open(device_id, l1_small_size, trace_region_size, dispatch_core_config, num_command_queues)
+    )
+
+
+def CreateDevices(  # noqa: N802 - ttnn's name
+    device_ids: Sequence[int],
+    num_command_queues: int = 1,
+    l1_small_size: int = 0,
+    trace_region_size: int = 0,
+    dispatch_core_config: DispatchCoreConfig | None = None,
+    *,
+    worker_l1_size: int = 0,
+) -> dict[int, Device]:
+    """Several chips in one call, each a 1x1 mesh that closes on its own; one chip alone is
+    tied to the chips opened before it, as open_mesh_device's is. Nothing stays open on failure."""
+    _check_open_args(
+        l1_small_size=l1_small_size, trace_region_size=trace_region_size, worker_l1_size=worker_l1_size
+    )
+    if num_command_queues not in (1, 2):
+        raise EmulatorError(f"CreateDevices: num_command_queues must be 1 or 2, got {num_command_queues}")
+    opened: dict[int, Device] = {}
+    try:
+        for device_id in device_ids:
+            opened[device_id] = _open(
+                device_id, l1_small_size, trace_region_size, dispatch_core_config, num_command_queues
+            )
+    except EmulatorError:
+        for device in opened.values():
+            close_device(device)
+        raise
+    if len(opened) == 1:
+        _opened_alone(next(iter(opened.values())))
+    return opened
+
+
+def CloseDevices(devices: dict[int, Device], /) -> None:  # noqa: N802 - ttnn's name
+    for device in devices.values():
+        close_device(device)
 
 
 def close_device(device: Device) -> None:
@@ -645,10 +692,17 @@ def close_device(device: Device) -> None:
     device.check_open()
     if device._traces or device._capture is not None:
         raise EmulatorError("close_device: a trace is still captured; release_trace first")
-    for tensor in device.live_tensors():
-        tensor._allocated = False
-    device._open = False
-    _OPEN_DEVICES.pop(device.device_id, None)
+    tied = [device]
+    if device in _OPENED_ALONE:
+        index = _OPENED_ALONE.index(device)
+        tied = _OPENED_ALONE[: index + 1]
+        del _OPENED_ALONE[: index + 1]
+    for closing in tied:
+        if closing._open:
+            for tensor in closing.live_tensors():
+                tensor._allocated = False
+            closing._open = False
+            _OPEN_DEVICES.pop(closing.device_id, None)
 
 
 def close_mesh_device(mesh_device: Device) -> None:

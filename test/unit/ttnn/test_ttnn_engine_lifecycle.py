@@ -264,3 +264,51 @@ def test_the_prompt_path_is_replaceable(ttnn, tiny_model, tokenizer):
         engine.warmup()
         assert engine.prompt_path is prompt_path
     assert {"image_features", "encode_prompts", "decode", "fetch_masks", "close"} <= set(prompt_path.calls)
+
+
+def _upload(ttnn, engine):
+    """One op on the engine's chip: a frame's pixels up to its DRAM (what every frame starts with)."""
+    pixels = engine._host_input(np.full((engine.config.image_side,) * 2 + (3,), 90, dtype=np.uint8))
+    return ttnn.to_device(pixels, engine.device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+
+
+def test_engines_on_chips_opened_together_close_one_at_a_time(ttnn, tiny_model, tokenizer):
+    """One engine per chip sharing a BlackholeChips: chip 1's engine closes (a chip taken out of
+    service) while chip 0's keeps encoding frames, then chip 0's closes; both chips are free."""
+    from tt_sam3_ros.engines.ttnn_engine import BlackholeChips
+
+    ttnn.SETTINGS.num_devices = 2
+    chips = BlackholeChips([0, 1], ttnn_module=ttnn)
+    first = _engine(ttnn, tiny_model, tokenizer, device_id=0, chips=chips, use_trace=False)
+    second = _engine(ttnn, tiny_model, tokenizer, device_id=1, chips=chips, use_trace=False)
+    assert (first.device.device_id, second.device.device_id) == (0, 1)
+    assert "Blackhole p150a 1 (emulated)" in second.describe()["device"]
+    second.close()
+    assert _upload(ttnn, first).is_allocated()  # chip 0 still serves
+    first.close()
+    ttnn.CloseDevices(ttnn.CreateDevices([0, 1]))  # both chips are free again
+
+
+def test_engines_on_chips_opened_alone_take_the_earlier_chip_down_on_close(ttnn, tiny_model, tokenizer):
+    """The negative control: each engine opening its own chip, closing the later one closes the
+    earlier one too (the real library's behaviour, which the emulator keeps), so chip 0 fails."""
+    ttnn.SETTINGS.num_devices = 2
+    first = _engine(ttnn, tiny_model, tokenizer, device_id=0, use_trace=False)
+    second = _engine(ttnn, tiny_model, tokenizer, device_id=1, use_trace=False)
+    second.close()
+    with pytest.raises(ttnn.EmulatorError, match="device 0 is closed"):
+        _upload(ttnn, first)
+
+
+def test_chips_opened_together_refuse_an_unknown_chip_and_report_a_failed_open(ttnn, tiny_model, tokenizer):
+    from tt_sam3_ros.engines.ttnn_engine import BlackholeChips
+
+    ttnn.SETTINGS.num_devices = 2
+    ttnn.SETTINGS.busy_device_ids.add(1)
+    chips = BlackholeChips([0, 1], ttnn_module=ttnn)
+    with pytest.raises(EngineError, match=r"chip 2 is not one of the chips opened together \(0, 1\)"):
+        _engine(ttnn, tiny_model, tokenizer, device_id=2, chips=chips)
+    for device_id in (0, 1):  # the same reason for every engine of the set, and nothing left open
+        with pytest.raises(EngineError, match=r"cannot open Blackhole chips 0, 1: .*chip 1 is in use"):
+            _engine(ttnn, tiny_model, tokenizer, device_id=device_id, chips=chips)
+    ttnn.close_device(ttnn.open_device(device_id=0))

@@ -6,6 +6,8 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +163,102 @@ def open_blackhole(
         f"cannot open Blackhole chip {device_id}: it is absent, or held by another process (one process owns "
         f"a chip; check `tt-smi` and stop the other user). Details: {'; '.join(failures)}"
     )
+
+
+def open_blackholes(
+    ttnn: Any, device_ids: Sequence[int], l1_small_size: int, trace_region_size: int, dispatch: str = "auto"
+) -> tuple[dict[int, Any], str]:
+    """Open several chips in one call (ttnn.CreateDevices); returns ({chip id: device}, dispatch used).
+
+    Each device is a 1x1 mesh with COMMAND_QUEUES command queues, as open_blackhole opens one, and
+    each can be closed on its own (ttnn.close_device) while the others keep serving, in any order.
+    Why one call: ttnn 0.81.1 ties a chip opened on its own (open_mesh_device, open_device, or
+    CreateDevices of that chip alone) to every chip opened before it in the process: closing it
+    closes those too, and their next op crashes the process (docs/design/facts.md, Mock p150a).
+    `dispatch` as open_blackhole: "auto" asks ethernet_dispatch_probe, "ethernet" falls back to
+    worker dispatch with a warning.
+    """
+    if dispatch not in DISPATCH_MODES:
+        raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+    ids = list(dict.fromkeys(int(device_id) for device_id in device_ids))
+    if not ids:
+        raise EngineError("no chip to open")
+    sizes = dict(
+        num_command_queues=COMMAND_QUEUES, l1_small_size=l1_small_size, trace_region_size=trace_region_size
+    )
+    failures = []
+    if dispatch == "auto":
+        opens, reason = ethernet_dispatch_probe(ttnn)
+        dispatch = "ethernet" if opens else "worker"
+        LOG.info("dispatch: %s (%s)", dispatch, reason)
+    if dispatch == "ethernet":
+        try:
+            eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
+            return dict(ttnn.CreateDevices(ids, **sizes, dispatch_core_config=eth)), "ethernet"
+        except Exception as error:
+            failures.append(f"ethernet dispatch: {error}")
+            LOG.warning("Ethernet dispatch did not open (%s); retrying with worker dispatch", error)
+    try:
+        return dict(ttnn.CreateDevices(ids, **sizes)), "worker"
+    except Exception as error:
+        failures.append(f"worker dispatch: {error}")
+    chips = ", ".join(map(str, ids))
+    raise EngineError(
+        f"cannot open Blackhole chips {chips}: one is absent, or held by another process (one process "
+        f"owns a chip; check `tt-smi` and stop the other user). Details: {'; '.join(failures)}"
+    )
+
+
+class BlackholeChips:
+    """The chips one process serves with several engines, opened together so each closes alone.
+
+    Hand the same object to every engine (``TtnnEngine(..., chips=...)``): the first ``device``
+    call, from whichever thread, opens every chip in one open_blackholes call; each engine then
+    takes its own chip's device and closes it (ttnn.close_device) when it is done or fails,
+    while the other engines go on. A failed open is not retried: every later ``device`` call
+    raises the same error (a new object, at the next configure, tries again).
+    """
+
+    def __init__(
+        self,
+        device_ids: Sequence[int],
+        l1_small_size: int = DEFAULT_L1_SMALL,
+        trace_region_size: int = DEFAULT_TRACE_REGION,
+        dispatch: str = "auto",
+        ttnn_module: Any = None,
+    ) -> None:
+        if dispatch not in DISPATCH_MODES:
+            raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+        self.device_ids = tuple(dict.fromkeys(int(device_id) for device_id in device_ids))
+        if not self.device_ids:
+            raise EngineError("BlackholeChips needs at least one chip id")
+        self.l1_small_size, self.trace_region_size, self.dispatch = l1_small_size, trace_region_size, dispatch
+        self._ttnn_module = ttnn_module
+        self._lock = threading.Lock()
+        self._devices: dict[int, Any] | None = None
+        self._used = ""
+        self._error: EngineError | None = None
+
+    def device(self, device_id: int) -> tuple[Any, str]:
+        """Chip `device_id`'s open device and the dispatch it was opened with; opens every chip
+        on the first call.
+
+        Raises:
+            EngineError: `device_id` is not one of this set's chips, or the chips cannot be opened.
+        """
+        if device_id not in self.device_ids:
+            known = ", ".join(map(str, self.device_ids))
+            raise EngineError(f"chip {device_id} is not one of the chips opened together ({known})")
+        with self._lock:
+            if self._devices is None and self._error is None:
+                try:
+                    ttnn = load_ttnn(self._ttnn_module)
+                    self._devices, self._used = open_blackholes(
+                        ttnn, self.device_ids, self.l1_small_size, self.trace_region_size, self.dispatch
+                    )
+                except EngineError as error:
+                    self._error = error
+            if self._error is not None:
+                raise self._error
+            assert self._devices is not None
+            return self._devices[device_id], self._used
