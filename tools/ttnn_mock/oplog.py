@@ -10,7 +10,8 @@ engine's code calls.
 The stage of each op is read from the call stack, by the engine's own function and file names
 (StageTracker's tables): inside ``vit_layer`` -> "vit_block" (with the block's running number and
 its ``windowed`` argument), ``fusion_encoder_layer`` -> "fusion_encoder" and ``decoder_layer`` ->
-"decoder" (with theirs), inside ``vit_embeddings`` -> "patch_embed"; by file in ttnn_model/:
+"decoder" (with theirs), inside ``vit_embeddings`` or ``rope_in_l1`` (the RoPE tables' copy to L1
+before the blocks) -> "patch_embed"; by file in ttnn_model/:
 neck.py -> "neck", geometry_encoder.py -> "geometry_encoder", decoder.py (outside its layers) ->
 "decoder", scoring.py -> "scoring", selection.py -> "selection", segmentation_head.py ->
 "segmentation_head"; else "other". A renamed function shows as ops in "other", which the op-count
@@ -168,7 +169,7 @@ BLOCK_FUNCTIONS = {
     "decoder_layer": "decoder",
 }
 #: Functions and files that name a stage without blocks, matched from the innermost frame out.
-STAGE_FUNCTIONS = {"vit_embeddings": "patch_embed"}
+STAGE_FUNCTIONS = {"vit_embeddings": "patch_embed", "rope_in_l1": "patch_embed"}
 STAGE_FILES = {
     "neck.py": "neck",
     "geometry_encoder.py": "geometry_encoder",

@@ -25,7 +25,8 @@ from ttnn_mock import oplog
 #: Device ops per stage of the image path (Tenstorrent's public SAM 3 ViT uses 13 per block).
 OPS_PER_WINDOWED_BLOCK = 15
 OPS_PER_GLOBAL_BLOCK = 15
-OPS_PATCH_EMBED = 9
+#: The patch embedding (9 ops) and the four RoPE tables copied to L1 for the blocks (vit.rope_in_l1).
+OPS_PATCH_EMBED = 13
 OPS_NECK = 34
 #: The geometry encoder's class token (3 layers at full size, 1 in the tiny model), per layer:
 #: LayerNorm, v and o linears, add (the one-key self-attention); LayerNorm, 15 ops of cross-

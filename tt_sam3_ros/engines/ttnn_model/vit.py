@@ -179,6 +179,22 @@ def rope_for(weights: dict[str, Any], windowed: bool) -> tuple[Any, Any]:
     return weights[f"rope.{kind}.cos"], weights[f"rope.{kind}.sin"]
 
 
+def rope_in_l1(
+    ttnn: Any, weights: dict[str, Any], kinds: set[bool], settings: DeviceSettings
+) -> dict[bool, tuple[Any, Any]]:
+    """The (cos, sin) tables of each block kind in `kinds` (True: windowed), copied from DRAM to
+    L1 for the blocks; the caller frees them after the last block.
+
+    The fused rotary op reads its tables once per window and head (144 times per call in a
+    windowed block), so from DRAM they would be the rotary's largest traffic; in L1 both kinds
+    take about 13 KiB per core, and only while the blocks run.
+    """
+    return {
+        windowed: tuple(ttnn.to_memory_config(table, settings.l1) for table in rope_for(weights, windowed))
+        for windowed in sorted(kinds)
+    }
+
+
 def sam3_vit_model(
     ttnn: Any,
     image: Any,
@@ -189,9 +205,12 @@ def sam3_vit_model(
 ) -> Any:
     """Sam3ViTModel: uint8 (1, S, 3*S) pixels -> (1, tokens, C) last hidden state, in window order."""
     x = vit_embeddings(ttnn, image, weights, config, settings)
-    for index in layers if layers is not None else range(config.layers):
+    indexes = layers if layers is not None else range(config.layers)
+    rope = rope_in_l1(ttnn, weights, {not config.is_global(index) for index in indexes}, settings)
+    for index in indexes:
         windowed = not config.is_global(index)
-        x = vit_layer(
-            ttnn, x, layer_weights(weights, index), rope_for(weights, windowed), config, settings, windowed
-        )
+        x = vit_layer(ttnn, x, layer_weights(weights, index), rope[windowed], config, settings, windowed)
+    for tables in rope.values():
+        for table in tables:
+            ttnn.deallocate(table)
     return x
