@@ -6,12 +6,14 @@ engine for one chip) and a ``handle_frame`` function (decode, segment, publish),
 each chip's state and counters for /diagnostics.
 
 Why one device per chip, not one mesh: the chips serve independent frames (data parallel,
-nothing exchanged between them), so each is opened on its own with its own traces and buffers,
-on a thread of its own (every device call of an engine stays on the thread that opened it, and
-the chips run side by side). A mesh only forms over chips linked by Ethernet: p150a boards side
+nothing exchanged between them), so each engine has its own device, traces and buffers, and
+runs on a thread of its own (every device call of an engine stays on its chip's thread, and the
+chips run side by side). A mesh only forms over chips linked by Ethernet: p150a boards side
 by side in one host are not, and ttnn 0.81.1, given two unlinked p150 boards, opens device 0 and
-device 1 each on its own but refuses ``open_mesh_device(MeshShape(1, 2))`` ("only 1 devices are
+device 1 as two devices but refuses ``open_mesh_device(MeshShape(1, 2))`` ("only 1 devices are
 available in the system mesh"). On a linked mesh the same shape holds with one submesh per chip.
+The chips are opened together (the node hands every build one ``BlackholeChips``): ttnn ties a
+chip opened alone to the chips opened before it, so closing a failed chip would close them too.
 
 How frames are dealt: every chip's worker takes from one ``FrameSlot`` when it is free, so the
 newest-frame rule per camera and the cameras' round-robin stay exactly as with one chip, and a

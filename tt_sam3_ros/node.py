@@ -72,6 +72,7 @@ from tt_sam3_ros.diagnostics import (
     tracking_status,
 )
 from tt_sam3_ros.engines import EngineError, chip_count
+from tt_sam3_ros.engines.ttnn_model.device import BlackholeChips
 from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, check_exemplars
 from tt_sam3_ros.log_forwarding import forward_library_logging, stop_forwarding
@@ -258,6 +259,10 @@ class Sam3Node(LifecycleNode):
         # Whether ``devices`` named the chips at the last configure: /diagnostics then has one
         # status per chip.
         self._per_chip = False
+        # With ``devices``: the chips, opened together by whichever chip's thread builds first
+        # (ttnn ties a chip opened alone to those opened before it: closing one chip would close
+        # the others). Set before the chips' threads start, read by them, dropped at release.
+        self._chip_set: BlackholeChips | None = None
         self._label_info_pub: LifecyclePublisher | None = None
         # Whether the LabelInfo latched last names the box-only concept.
         self.label_info_has_box_only = False
@@ -413,6 +418,8 @@ class Sam3Node(LifecycleNode):
             self._report_configure_failure(error)
             self._release()
             return TransitionCallbackReturn.FAILURE
+        if device_names(values["devices"]):
+            self._chip_set = BlackholeChips([int(name) for name, _ in devices])
         chips = ChipPool(
             devices,
             functools.partial(self._build_segmenter, request),
@@ -523,6 +530,7 @@ class Sam3Node(LifecycleNode):
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
                 chips.stop()
                 chips.join()
+            self._chip_set = None
             for camera in self._cameras.values():
                 for name in camera.PUBLISHERS:
                     publisher = getattr(camera, name)
@@ -584,6 +592,7 @@ class Sam3Node(LifecycleNode):
             max_prompts=request["max_prompts"],
             max_instances=request["max_instances"],
             ttnn_options=ttnn_options(request),
+            chips=self._chip_set,
         )
 
     def _report_configure_failure(self, error: BaseException, consequence: str = "") -> None:

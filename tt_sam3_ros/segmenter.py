@@ -86,6 +86,7 @@ class Sam3Segmenter:
         ttnn_options: dict[str, object] | None = None,
         max_prompts: int = MAX_PROMPTS,
         max_instances: int | None = None,
+        chips: Any = None,
     ) -> Sam3Segmenter:
         """Load weights (the ``weights`` package decides from where) and open the engine.
 
@@ -95,6 +96,8 @@ class Sam3Segmenter:
         ``max_instances``: the most instances a call will ask for (None: the engine's default);
         the chip prompt path keeps that many queries per prompt on the chip, and a call asking
         for more still gets them, by reading every query back (slower).
+        ``chips``: with one segmenter per chip in one process, the ``BlackholeChips`` they share
+        (opened together, so one chip's close leaves the others serving); None: one chip alone.
 
         Raises:
             tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.
@@ -115,6 +118,7 @@ class Sam3Segmenter:
             ttnn_options=ttnn_options,
             max_prompts=max_prompts,
             max_instances=max_instances,
+            chips=chips,
         )
         return cls(runner, max_image_side, model_description=loaded.source, is_random=loaded.is_random)
 

@@ -279,3 +279,113 @@ def test_without_devices_there_is_one_engine_on_device_and_no_chip_status(contex
     statuses = _statuses(sam3)
     assert not [name for name in statuses if ": chip " in name]
     assert "devices" not in _values(statuses["sam3: segmentation"])
+
+
+class EmulatedChipSegmenter(ScriptedSegmenter):
+    """A scripted segmenter on an emulated chip: every frame uploads to the chip first (a closed
+    chip fails it), and close closes the chip, as the ttnn engine's close does."""
+
+    def __init__(self, chip: str, device: Any, ttnn: Any, fail_with: Exception | None = None) -> None:
+        super().__init__(chip, fail_with)
+        self.device, self.ttnn = device, ttnn
+
+    def __call__(self, rgb: np.ndarray, prompts: list[str], **kwargs: Any) -> SegmentationResult:
+        import torch
+
+        ttnn = self.ttnn
+        ttnn.from_torch(
+            torch.zeros(1, 1, 32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=self.device
+        )
+        return super().__call__(rgb, prompts, **kwargs)
+
+    def close(self) -> None:
+        super().close()
+        self.ttnn.close_device(self.device)
+
+
+@pytest.mark.parametrize("opened", ["together", "alone"])
+def test_a_chip_out_of_service_closes_without_closing_the_others(context, nodes, monkeypatch, opened) -> None:
+    """The node opens the chips ``devices`` names together (what ttnn needs for one chip to close
+    alone): chip 1, failing every frame, is closed while chip 0 serves on. The negative control
+    opens each chip on its own, chip 0 first: closing chip 1 then closes chip 0 too (ttnn's rule,
+    which the emulator keeps) and chip 0's frames fail."""
+    import sys
+
+    import ttnn_emulator
+
+    ttnn_emulator.reset()
+    ttnn_emulator.SETTINGS.num_devices = 2
+    monkeypatch.setitem(sys.modules, "ttnn", ttnn_emulator)  # what the node's chip set imports
+    lost = RuntimeError("device lost")
+    chip_0_open = threading.Event()
+    sam3: Sam3Node | None = None
+
+    def build(device: str) -> EmulatedChipSegmenter:
+        assert sam3 is not None and sam3._chip_set is not None
+        if opened == "together":
+            chip, _ = sam3._chip_set.device(int(device))
+        else:
+            if device == "1":
+                assert chip_0_open.wait(LIMIT_S)
+            shape = ttnn_emulator.MeshShape(1, 1)
+            chip = ttnn_emulator.open_mesh_device(
+                shape, physical_device_ids=[int(device)], num_command_queues=2
+            )
+            chip_0_open.set()
+        return EmulatedChipSegmenter(device, chip, ttnn_emulator, fail_with=lost if device == "1" else None)
+
+    try:
+        sam3 = _node(context, nodes, build)
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        sent = 0
+        while _values(_statuses(sam3)["sam3: chip 1"])["state"] != "out of service":
+            sent += 1
+            assert sent < 400, "chip 1 was never taken out of service"
+            camera = CAMERAS[sent % len(CAMERAS)]
+            before = (_processed(sam3, camera), _engine_errors(sam3))
+            _send(sam3, camera)
+            assert _wait(
+                lambda camera=camera, before=before: (
+                    (_processed(sam3, camera), _engine_errors(sam3)) != before
+                )
+            )
+        assert _wait(lambda: 1 not in ttnn_emulator._OPEN_DEVICES)  # chip 1's engine closed its chip
+        errors = _engine_errors(sam3)
+        for camera in CAMERAS:
+            before = _processed(sam3, camera)
+            _send(sam3, camera)
+            assert _wait(
+                lambda camera=camera, before=before: (
+                    _processed(sam3, camera) > before or _engine_errors(sam3) > errors
+                )
+            )
+        if opened == "together":
+            assert _engine_errors(sam3) == errors and 0 in ttnn_emulator._OPEN_DEVICES  # chip 0 serves on
+        else:
+            assert (
+                _engine_errors(sam3) > errors
+                and "device 0 is closed" in _values(_statuses(sam3)["sam3: chip 0"])["last_error"]
+            )
+    finally:
+        if sam3 is not None:
+            sam3.shut_down()
+        ttnn_emulator.reset()
+
+
+def test_every_chips_segmenter_is_built_on_one_set_of_the_chips_named(context, nodes, monkeypatch) -> None:
+    from tt_sam3_ros.segmenter import Sam3Segmenter
+
+    built: list[dict[str, Any]] = []
+
+    def from_pretrained(cls: type, **request: Any) -> ScriptedSegmenter:
+        built.append(request)
+        return ScriptedSegmenter(request["device"])
+
+    monkeypatch.setattr(Sam3Segmenter, "from_pretrained", classmethod(from_pretrained))
+    sam3 = _node(context, nodes, ScriptedSegmenter, devices=["2", "0"])
+    del sam3._build_segmenter  # the node's own build, down to Sam3Segmenter.from_pretrained
+    assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert sorted(request["device"] for request in built) == ["0", "2"]
+    chip_sets = {id(request["chips"]) for request in built}
+    assert len(chip_sets) == 1 and built[0]["chips"].device_ids == (2, 0)

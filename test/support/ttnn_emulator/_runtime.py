@@ -361,6 +361,8 @@ class Device:
         self.num_command_queues = num_command_queues
         self._grid = _grid_for(dispatch)
         self._open = True
+        # The chip whose close closed this one (chips opened alone are tied: _OPENED_ALONE).
+        self._closed_with: int | None = None
         self._seq = itertools.count()
         self._live: weakref.WeakSet[Tensor] = weakref.WeakSet()
         self._l1: weakref.WeakSet[_Storage] = weakref.WeakSet()
@@ -688,7 +690,11 @@ def CloseDevices(devices: dict[int, Device], /) -> None:  # noqa: N802 - ttnn's 
 
 
 def close_device(device: Device) -> None:
-    """Close a chip; a trace still held is an error (release it first)."""
+    """Close a chip; a trace still held is an error (release it first). A chip already closed with
+    a chip opened after it is left as it is (the real library logs "Cannot close device N that has
+    not been initialized!" and returns)."""
+    if device._closed_with is not None:
+        return
     device.check_open()
     if device._traces or device._capture is not None:
         raise EmulatorError("close_device: a trace is still captured; release_trace first")
@@ -703,6 +709,8 @@ def close_device(device: Device) -> None:
                 tensor._allocated = False
             closing._open = False
             _OPEN_DEVICES.pop(closing.device_id, None)
+            if closing is not device:
+                closing._closed_with = device.device_id
 
 
 def close_mesh_device(mesh_device: Device) -> None:
