@@ -8,6 +8,8 @@ would show ages growing frame after frame; one that keeps only the newest frame 
 ages of about one model latency plus up to one frame period, and counts the frames it drops.
 
 Then several cameras into one node (``cameras``): 1 and 3 cameras at 30 Hz each, side by side.
+Last, several chips (benchmarks/stream_chips.py): 8 cameras at 15 Hz dealt across 1, 2 and 4
+stand-in chips by the node's own dealing code, without ROS.
 Each camera's output rate is one over the mean interval between its outputs (so a count cut
 off mid-round does not skew it); fairness is the slowest camera's rate over the fastest's
 (round robin should give about 1.0), and each camera's age must not grow over the run.
@@ -26,7 +28,7 @@ from typing import IO
 
 import numpy as np
 
-from . import report, scenes
+from . import report, scenes, stream_chips
 
 FRAME_RATE_HZ = 30.0
 FRAMES = 100
@@ -173,6 +175,7 @@ def main(quick: bool) -> None:
         )
     print_results(camera)
     multi_camera_main(quick)
+    stream_chips.main(quick)
 
 
 def print_results(camera: Camera) -> None:

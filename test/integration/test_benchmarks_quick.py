@@ -88,6 +88,9 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     # stream, several cameras: per-camera rates and ages, 1 camera beside 3, and the fairness figure
     assert "== stream: 1 and 3 cameras at 30 Hz each into one node" in out
     assert "fairness (slowest / fastest rate)" in out and "cam2" in out
+    # stream, several chips: 8 cameras dealt across 1, 2 and 4 stand-in chips, the goal judged per row
+    assert "== stream: 8 cameras at 15 Hz each on 1, 2, 4 chips, stand-in engine" in out
+    assert "chip utilisation mean / min" in out and "4 chips: rate Hz / age p50 ms" in out
     # tracking: identities scored against ground truth, ours beside ByteTrack, and the cost per frame
     assert "== tracking: identity, 10% missed detections" in out
     assert "ours (InstanceTracker: masks + motion)" in out and "ByteTrack (trackers 2.1.0)" in out
