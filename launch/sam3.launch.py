@@ -12,6 +12,12 @@ Two cameras, one node (one engine; each camera has its own outputs, served in tu
     ros2 launch tt_sam3_ros sam3.launch.py cameras:="['front', 'left']" prompts:=car \
         front_image:=/front/color/image_raw left_image:=/left/color/image_raw
 
+Four chips, eight cameras, one node (one engine per chip; each free chip takes the next
+camera's newest frame):
+
+    ros2 launch tt_sam3_ros sam3.launch.py engine:=ttnn devices:="[0, 1, 2, 3]" prompts:="['person']" \
+        cameras:="['front', 'rear', 'left', 'right', 'front_left', 'front_right', 'rear_left', 'rear_right']"
+
 Arguments (each optional):
     image        image topic to segment (default: image). With transport:=compressed in the
                  params file the node reads <image>/compressed (JPEG or PNG).
@@ -28,6 +34,9 @@ Arguments (each optional):
                  Each of these four: empty (the default) keeps the params file's value.
     params_file  parameters file (default: this package's config/sam3.yaml).
     namespace    namespace of the node; topics follow it (/<namespace>/sam3/detections).
+    devices      Tenstorrent chips to serve on, one engine each: a YAML list of chip ids
+                 ("[0, 1, 2, 3]") or all (every chip ttnn sees); empty: the params file's
+                 value (none: the one device ``device`` names). Leave device empty.
     cameras      camera names, a YAML list ("['front', 'left']"); empty: the params file's
                  value (none: one camera on ``image``). Each camera reads <camera>/image
                  (<camera>/image/compressed, <camera>/depth, <camera>/camera_info) and
@@ -81,6 +90,7 @@ DECLARED = (
     "params_file",
     "namespace",
     "cameras",
+    "devices",
     "depth",
     "depth_image",
     "camera_info",
@@ -113,6 +123,21 @@ def name_list(text: str, argument: str) -> list[str]:
     if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
         return value
     raise ValueError(f"{argument}:={text!r} is not a list of strings; write {argument}:=\"['a', 'b']\"")
+
+
+def device_list(text: str) -> list[str]:
+    """The devices launch argument as the node's list of chip ids (strings): a YAML list of chip
+    ids ("[0, 1]"), one chip id (0), or all.
+
+    Raises:
+        ValueError: anything else, naming the argument and how to write it (the node checks
+            the ids themselves: distinct, at most 32).
+    """
+    value = yaml.safe_load(text)
+    items = value if isinstance(value, list) else [value]
+    if items and all(isinstance(item, (int, str)) and not isinstance(item, bool) for item in items):
+        return [str(item) for item in items]
+    raise ValueError(f'devices:={text!r} is not a list of chip ids; write devices:="[0, 1]" or devices:=all')
 
 
 def threshold_value(text: str) -> float:
@@ -234,6 +259,9 @@ def parameter_overrides(arguments: Mapping[str, str], cameras: list[str]) -> dic
         overrides["depth"] = bool_value(depth, "depth")
     if arguments.get("cameras", "").strip():
         overrides["cameras"] = cameras
+    devices = arguments.get("devices", "").strip()
+    if devices:
+        overrides["devices"] = device_list(devices)
     return overrides
 
 
@@ -334,6 +362,12 @@ def generate_launch_description() -> LaunchDescription:
                 default_value="",
                 description="Camera names, e.g. \"['front', 'left']\"; empty: from params_file "
                 "(none: one camera on image).",
+            ),
+            DeclareLaunchArgument(
+                "devices",
+                default_value="",
+                description='Tenstorrent chips to serve on, one engine each, e.g. "[0, 1, 2, 3]" or all; '
+                "empty: from params_file (none: the one device 'device' names).",
             ),
             DeclareLaunchArgument(
                 "rviz",

@@ -18,7 +18,16 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH_FILE = REPO / "launch" / "sam3.launch.py"
 PARAMS_FILE = REPO / "config" / "sam3.yaml"
 ARGUMENTS = {"image", "prompts", "engine", "model_id", "device", "dtype", "threshold", "params_file"}
-ARGUMENTS |= {"namespace", "cameras", "depth", "depth_image", "camera_info", "rviz", "rviz_fixed_frame"}
+ARGUMENTS |= {
+    "namespace",
+    "cameras",
+    "devices",
+    "depth",
+    "depth_image",
+    "camera_info",
+    "rviz",
+    "rviz_fixed_frame",
+}
 RVIZ_CONFIG = REPO / "config" / "sam3.rviz"
 
 
@@ -82,6 +91,31 @@ def test_prompts_argument_is_read_as_a_list(launch_file, text: str, prompts: lis
 def test_bad_prompts_argument_fails_the_launch(launch_file, text: str) -> None:
     with pytest.raises(ValueError, match="not a list of strings"):
         launch_file.prompt_list(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "devices"),
+    [("[0, 1, 2, 3]", ["0", "1", "2", "3"]), ("all", ["all"]), ("2", ["2"]), ("['0', '1']", ["0", "1"])],
+)
+def test_devices_argument_is_read_as_the_nodes_list_of_chip_ids(
+    launch_file, text: str, devices: list[str]
+) -> None:
+    assert launch_file.device_list(text) == devices
+
+
+@pytest.mark.parametrize("text", ["[]", "{a: 0}", "[[0, 1]]", "true"])
+def test_bad_devices_argument_fails_the_launch(launch_file, text: str) -> None:
+    with pytest.raises(ValueError, match="not a list of chip ids"):
+        launch_file.device_list(text)
+
+
+def test_four_chips_and_eight_cameras_as_the_launch_files_example_writes_them(launch_file) -> None:
+    cameras = "['front', 'rear', 'left', 'right', 'front_left', 'front_right', 'rear_left', 'rear_right']"
+    arguments = _arguments(engine="ttnn", devices="[0, 1, 2, 3]", prompts="['person']", cameras=cameras)
+    overrides, _ = launch_file.node_configuration(arguments)
+    assert overrides["devices"] == ["0", "1", "2", "3"] and len(overrides["cameras"]) == 8
+    assert overrides["engine"] == "ttnn" and overrides["prompts"] == ["person"]
+    assert 'devices:="[0, 1, 2, 3]"' in launch_file.__doc__ and f'cameras:="{cameras}"' in launch_file.__doc__
 
 
 def test_threshold_argument_is_read_as_a_number(launch_file) -> None:
