@@ -35,7 +35,9 @@ FRAMES = 100
 IMAGE_SIZE = (480, 640)
 #: Sleep added to every image on top of the tiny model's own time.
 EXTRA_SECONDS = 0.05
-STARTUP_TIMEOUT_S = 120.0
+#: A liveness bound for the node's start (imports, model, subscription): on 2 cores shared with
+#: other work (load average 18-19) it took over 120 s twice.
+STARTUP_TIMEOUT_S = 600.0
 #: Longest wait, after the last frame, for the node to account for every frame it received.
 DRAIN_TIMEOUT_S = 60.0
 #: Diagnostics counters that together account for every frame the node received.
