@@ -21,8 +21,8 @@ def slow_down(extra_seconds: float) -> None:
     """Make every Sam3Node built from now on wrap its engine in SlowEngine(extra_seconds)."""
     build = node.Sam3Node._build_segmenter
 
-    def build_slowed(self: node.Sam3Node, request: dict[str, Any]) -> Any:
-        segmenter = build(self, request)
+    def build_slowed(self: node.Sam3Node, request: dict[str, Any], device: str) -> Any:
+        segmenter = build(self, request, device)
         segmenter.engine = SlowEngine(segmenter.engine, extra_seconds)
         return segmenter
 
