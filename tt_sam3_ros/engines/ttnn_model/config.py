@@ -132,10 +132,11 @@ class DeviceSettings:
         grid: (x, y) compute grid the ops may use, as the opened device reports it (11x10 on a
             p150a with worker dispatch; 12 or 13 columns with less harvesting).
         memory: where activations live by default (DRAM interleaved), among them the ViT's
-            residual stream, which lives through a whole block.
-        l1: L1 interleaved, for the ViT's short-lived activations whose per-core share fits
-            beside the next op's circular buffers (vit.py names them; the real library's
-            allocator on a mock p150a is what says they fit, tools/ttnn_mock).
+            output to the neck.
+        l1: L1 interleaved, for the ViT's activations (its residual stream included) whose
+            per-core share fits beside the circular buffers of the ops that run while they live
+            (vit.py names them; the real library's allocator on a mock p150a is what says they
+            fit, tools/ttnn_mock).
         matmul_kernel: HiFi2 with fp32 accumulation for bfloat8_b x bfloat16 matmuls.
         exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE, norms).
         prompt_attention_kernel: HiFi4 for the prompt path's fused attentions that are

@@ -17,9 +17,14 @@ from .layers import layer_norm, linear
 #: within a few ops, and its per-core share (full size: 96 KiB for a (1, 5184, 1024) bfloat16
 #: tensor on 110 cores, 284 KiB for the qkv projection, 378 KiB for the MLP's hidden layer) fits
 #: beside the circular buffers of the ops that run while it lives, as the real library's
-#: allocator on a mock p150a judges (tools/ttnn_mock, both grids). The residual stream (x, the
-#: block's input and output) stays in DRAM: it lives through the whole block.
-L1_ACTIVATIONS = frozenset({"ln1", "qkv", "heads", "rope", "attention", "concat", "o", "ln2", "fc1", "fc2"})
+#: allocator on a mock p150a judges (tools/ttnn_mock, both grids). The residual stream too
+#: ("residual": the sum after the attention; "out": the block's output, the next block's input):
+#: it lives through a whole block, 96 KiB per core, and each block would otherwise write it to
+#: DRAM twice and read it back three times. The last block's output goes to DRAM (settings.memory)
+#: for the neck, whose own buffers and circular buffers come nearest the L1 limit.
+L1_ACTIVATIONS = frozenset(
+    {"ln1", "qkv", "heads", "rope", "attention", "concat", "o", "residual", "ln2", "fc1", "fc2", "out"}
+)
 
 
 def placed(name: str, settings: DeviceSettings) -> Any:
@@ -99,11 +104,13 @@ def vit_layer(
     config: ImagePathConfig,
     settings: DeviceSettings,
     windowed: bool,
+    out_memory: Any = None,
 ) -> Any:
-    """Sam3ViTLayer: x + attn(ln1(x)), then + mlp(ln2(.)); consumes x, returns (1, tokens, C)."""
+    """Sam3ViTLayer: x + attn(ln1(x)), then + mlp(ln2(.)); consumes x, returns (1, tokens, C) in
+    `out_memory` (placed("out"), L1, by default)."""
     normed = layer_norm(ttnn, x, w, "ln1", config.eps, settings, memory=placed("ln1", settings))
     attended = rope_attention(ttnn, normed, w, rope, config, settings, windowed)
-    residual = ttnn.add(x, attended, memory_config=settings.memory)
+    residual = ttnn.add(x, attended, memory_config=placed("residual", settings))
     ttnn.deallocate(x)
     ttnn.deallocate(attended)
     normed = layer_norm(ttnn, residual, w, "ln2", config.eps, settings, memory=placed("ln2", settings))
@@ -111,7 +118,7 @@ def vit_layer(
     ttnn.deallocate(normed)
     projected = linear(ttnn, expanded, w, "fc2", settings, memory=placed("fc2", settings))
     ttnn.deallocate(expanded)
-    out = ttnn.add(residual, projected, memory_config=settings.memory)
+    out = ttnn.add(residual, projected, memory_config=out_memory or placed("out", settings))
     ttnn.deallocate(residual)
     ttnn.deallocate(projected)
     return out
@@ -203,13 +210,17 @@ def sam3_vit_model(
     settings: DeviceSettings,
     layers: range | None = None,
 ) -> Any:
-    """Sam3ViTModel: uint8 (1, S, 3*S) pixels -> (1, tokens, C) last hidden state, in window order."""
+    """Sam3ViTModel: uint8 (1, S, 3*S) pixels -> (1, tokens, C) last hidden state, in window order
+    (in DRAM)."""
     x = vit_embeddings(ttnn, image, weights, config, settings)
     indexes = layers if layers is not None else range(config.layers)
     rope = rope_in_l1(ttnn, weights, {not config.is_global(index) for index in indexes}, settings)
     for index in indexes:
         windowed = not config.is_global(index)
-        x = vit_layer(ttnn, x, layer_weights(weights, index), rope[windowed], config, settings, windowed)
+        last = settings.memory if index == indexes[-1] else None
+        x = vit_layer(
+            ttnn, x, layer_weights(weights, index), rope[windowed], config, settings, windowed, last
+        )
     for tables in rope.values():
         for table in tables:
             ttnn.deallocate(table)
