@@ -147,7 +147,8 @@ HandleFrame = Callable[[Any, Frame, Chip, Callable[[], None]], str | None]
 class ChipPool:
     """One ``InferenceWorker`` per chip, all taking frames from one ``FrameSlot``.
 
-    ``start`` builds and warms every chip's engine at once, each on its worker's thread;
+    ``start`` builds every chip's engine one after another and warms them up at once, each on its
+    worker's thread;
     ``wait_ready`` returns once each has started or failed. ``on_lost(chip)`` is called on the
     lost chip's thread once it is out of service (its engine closing); ``on_closed(chip)`` once
     its engine is closed. ``stop`` then ``join`` closes every engine.
@@ -167,13 +168,18 @@ class ChipPool:
         if not devices:
             raise ValueError("a chip pool needs at least one device")
         self.chips = tuple(Chip(name, device) for name, device in devices)
+        # Builds (weights, device open, upload) run one at a time: transformers' lazy imports are
+        # not thread-safe (two chips loading at once failed with "cannot import name 'Sam3Model'
+        # from 'transformers'"), and the host work competes for the same cores anyway. Warm-ups
+        # (compiles, trace captures) and frames run side by side.
+        self._build_lock = threading.Lock()
         self._slot = slot
         self._turns = CameraTurns()
         self._handle_frame = handle_frame
         self._on_lost = on_lost
         self._workers = [
             InferenceWorker(
-                build=lambda chip=chip: build(chip.device),
+                build=lambda chip=chip: self._build_one(build, chip),
                 handle_frame=lambda segmenter, frame, chip=chip: self._serve(chip, segmenter, frame),
                 slot=slot,
                 on_closed=lambda _description, chip=chip: self._closed(chip, on_closed),
@@ -182,6 +188,10 @@ class ChipPool:
             )
             for chip in self.chips
         ]
+
+    def _build_one(self, build: Callable[[str], Any], chip: Chip) -> Any:
+        with self._build_lock:
+            return build(chip.device)
 
     def start(self) -> None:
         for worker in self._workers:

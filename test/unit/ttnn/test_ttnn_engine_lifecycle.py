@@ -312,3 +312,12 @@ def test_chips_opened_together_refuse_an_unknown_chip_and_report_a_failed_open(t
         with pytest.raises(EngineError, match=r"cannot open Blackhole chips 0, 1: .*chip 1 is in use"):
             _engine(ttnn, tiny_model, tokenizer, device_id=device_id, chips=chips)
     ttnn.close_device(ttnn.open_device(device_id=0))
+
+
+def test_chip_count_is_what_ttnn_sees(ttnn, monkeypatch):
+    from tt_sam3_ros.engines import chip_count
+
+    monkeypatch.setitem(sys.modules, "ttnn", ttnn)
+    ttnn.SETTINGS.num_devices = 4
+    assert chip_count() == 4
+    assert not ttnn._OPEN_DEVICES, "counting opens no chip"
