@@ -131,6 +131,7 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
                 vit_attention_kernel=compute_kernel(ttnn, attention, packer_l1_acc=False),
                 vit_exp_approx=approx,
                 matmul_kernel=compute_kernel(ttnn, linears),
+                vit_mlp_kernel=compute_kernel(ttnn, linears),
             )
             for index in range(config.layers):
                 windowed = not config.is_global(index)

@@ -114,9 +114,12 @@ def vit_layer(
     ttnn.deallocate(x)
     ttnn.deallocate(attended)
     normed = layer_norm(ttnn, residual, w, "ln2", config.eps, settings, memory=placed("ln2", settings))
-    expanded = linear(ttnn, normed, w, "fc1", settings, activation="gelu", memory=placed("fc1", settings))
+    mlp = settings.vit_mlp_kernel
+    expanded = linear(
+        ttnn, normed, w, "fc1", settings, activation="gelu", kernel=mlp, memory=placed("fc1", settings)
+    )
     ttnn.deallocate(normed)
-    projected = linear(ttnn, expanded, w, "fc2", settings, memory=placed("fc2", settings))
+    projected = linear(ttnn, expanded, w, "fc2", settings, kernel=mlp, memory=placed("fc2", settings))
     ttnn.deallocate(expanded)
     out = ttnn.add(residual, projected, memory_config=out_memory or placed("out", settings))
     ttnn.deallocate(residual)
