@@ -55,6 +55,10 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 PREDICTED = "Predicted by the roofline cost model (benchmarks/trace_cost.py), not measured:"
 SIZED = "Sized by the real ttnn 0.81.1 library on a mock p150a (nothing computes):"
 CALIBRATED = "Predicted by the calibrated cost model (benchmarks/calibrated_cost.py), not measured:"
+STAND_IN = (
+    "Measured with a stand-in engine per chip that holds it for the calibrated cost model's "
+    "per-frame prediction (benchmarks/stream_chips.py; no chip, no ROS):"
+)
 VALIDATED = (
     "The calibrated cost model against tt-metal's published Blackhole measurements "
     "(benchmarks/validation.py):"
@@ -161,6 +165,8 @@ REGIONS: dict[str, Callable[[], str]] = {
     "stream": partial(table, "stream", "stream: frames at"),
     "cameras": partial(table, "stream", "stream: 1 and 3 cameras"),
     "cameras-summary": partial(table, "stream", "stream: 1 and 3 cameras", occurrence=1),
+    "chips": partial(table, "stream", "stream: 8 cameras at 15 Hz each on", STAND_IN),
+    "chips-cameras": partial(table, "stream", "stream: 8 cameras at 15 Hz each on", STAND_IN, occurrence=1),
     "tracking-identity": partial(table, "tracking", "tracking: identity"),
     "tracking-scenarios": partial(table, "tracking", "tracking: identity", occurrence=1),
     "tracking-cost": partial(table, "tracking", "tracking: cost per frame"),
