@@ -184,7 +184,8 @@ class ChipPool:
                 slot=slot,
                 on_closed=lambda _description, chip=chip: self._closed(chip, on_closed),
                 logger=logger,
-                name=f"sam3-chip-{chip.name}",
+                # one engine: the thread the node has always had; several: one per chip
+                name="sam3-inference" if len(self.chips) == 1 else f"sam3-chip-{chip.name}",
             )
             for chip in self.chips
         ]
