@@ -45,6 +45,9 @@ class NodeView:
     input_path: str = ""
     #: With ``devices``: the chips and which of them serve, e.g. "0, 1 (serving: 0)".
     devices: str = ""
+    #: (stage, the form that serves and why) of the ttnn engine's other warm-up checks
+    #: (engines.CHECKED_STAGES); empty for the torch engine.
+    stage_checks: tuple[tuple[str, str], ...] = ()
 
 
 def health(view: NodeView, stats: StatsSnapshot) -> tuple[bytes, str]:
@@ -69,6 +72,7 @@ def segmentation_status(view: NodeView, stats: StatsSnapshot) -> DiagnosticStatu
         "dtype": view.dtype,
         "model": view.model,
         **({"input": view.input_path} if view.input_path else {}),
+        **dict(view.stage_checks),
         **({"prompt_path": view.prompt_path} if view.prompt_path else {}),
         "prompts": ", ".join(view.prompts),
         **({"devices": view.devices} if view.devices else {}),

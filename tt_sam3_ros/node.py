@@ -71,7 +71,7 @@ from tt_sam3_ros.diagnostics import (
     segmentation_status,
     tracking_status,
 )
-from tt_sam3_ros.engines import EngineError, chip_count
+from tt_sam3_ros.engines import CHECKED_STAGES, EngineError, chip_count
 from tt_sam3_ros.engines.ttnn_model.device import BlackholeChips
 from tt_sam3_ros.errors import InputError, printable, quoted
 from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, check_exemplars
@@ -912,6 +912,7 @@ class Sam3Node(LifecycleNode):
             prompt_path=engine.get("prompt_path", ""),
             input_path=engine.get("input", ""),
             devices=self._devices_view(),
+            stage_checks=tuple((stage, engine[stage]) for stage in CHECKED_STAGES if stage in engine),
         )
 
     def _devices_view(self) -> str:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from rclpy.parameter import Parameter
 
 from tt_sam3_ros.diagnostics import NodeView, camera_status, segmentation_status
+from tt_sam3_ros.engines import CHECKED_STAGES
 from tt_sam3_ros.errors import InputError
 from tt_sam3_ros.node_parameters import (
     CAMERA_NAME,
@@ -84,12 +85,15 @@ def test_a_camera_status_reports_that_cameras_frames_and_level() -> None:
 
 
 def test_the_segmentation_status_says_which_prompt_path_serves_and_why() -> None:
-    """The ttnn engine's warm-up verdicts (how frames go up, which prompt path serves) are values
-    of the engine's status; an engine that has none (torch) adds no such values."""
+    """The ttnn engine's warm-up verdicts (how frames go up, which form of each risky stage and
+    which prompt path serve) are values of the engine's status; an engine that has none (torch)
+    adds no such values."""
     reason = "host (auto: the chip prompt path failed its warm-up check: mask logits PCC 0.4213 < 0.99)"
     upload = (
         "bfloat16 upload (warm-up check: the chip's uint8 cast 12 of 3048192 values wrong after the cast)"
     )
+    convs = "taps form: pad, 9 slices, concat, matmul (warm-up check: ttnn.conv2d fpn.0: PCC 0.41 < 0.99)"
+    topk = "ttnn.topk, 224 wide (warm-up check passed: indices exact)"
     ttnn_view = NodeView(
         "sam3",
         "active",
@@ -100,8 +104,10 @@ def test_the_segmentation_status_says_which_prompt_path_serves_and_why() -> None
         ("car",),
         prompt_path=reason,
         input_path=upload,
+        stage_checks=(("neck_convs", convs), ("topk", topk)),
     )
     values = {kv.key: kv.value for kv in segmentation_status(ttnn_view, FrameStats().snapshot()).values}
     assert values["prompt_path"] == reason and values["input"] == upload
+    assert values["neck_convs"] == convs and values["topk"] == topk
     values = {kv.key: kv.value for kv in segmentation_status(VIEW, FrameStats().snapshot()).values}
-    assert "prompt_path" not in values and "input" not in values
+    assert not {"prompt_path", "input", *CHECKED_STAGES} & set(values)

@@ -18,6 +18,7 @@ from ..prompts import MAX_PROMPTS
 from .base import MASK_SIDE, MODEL_SIDE, DecodedBatch, Engine, EngineError
 
 __all__ = [
+    "CHECKED_STAGES",
     "ENGINE_NAMES",
     "MASK_SIDE",
     "MODEL_SIDE",
@@ -48,6 +49,10 @@ TTNN_PROMPT_PATHS = ("auto", "host", "chip")
 #: gives the ttnn engine when none is named; TtnnEngine's own default stays "host", the part
 #: without a check.
 DEFAULT_TTNN_PROMPT_PATH = "auto"
+#: The ttnn engine's warm-up checks of its risky stages against the host (ttnn_model/stage_checks.py)
+#: as describe() and /diagnostics name them, each with the form that serves and why; beside them
+#: "input" (the uint8 upload) and "prompt_path" (the whole chip prompt path).
+CHECKED_STAGES = ("neck_convs", "topk", "group_norm", "pixel_decoder_convs")
 #: Where the Tenstorrent kernel driver exposes its chips.
 TENSTORRENT_DEVICE_DIR = Path("/dev/tenstorrent")
 

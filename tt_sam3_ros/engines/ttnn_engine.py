@@ -41,7 +41,7 @@ import torch
 from ..prompts import MAX_PROMPTS, check_max_prompts
 from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from .base import DecodedBatch, Engine, EngineError
-from .ttnn_model import neck, prompt_check
+from .ttnn_model import neck, prompt_check, stage_checks
 from .ttnn_model.config import ImagePathConfig
 from .ttnn_model.device import (
     COMMAND_QUEUES,
@@ -225,6 +225,10 @@ class TtnnEngine(Engine):
         self._input_dtype = "uint8"
         self.input_status = "uint8 upload, cast on the chip"
         self._input_checked = False
+        self._stages_checked = False
+        #: Warm-up's verdict per risky stage (stage_checks.py), in the order they ran: the input
+        #: upload, the convs, top-k, GroupNorm, the whole prompt path.
+        self.stage_checks: dict[str, stage_checks.StageCheck] = {}
         #: Which prompt path serves and why, in words (describe()'s "prompt_path").
         self.prompt_path_status = prompt_path if isinstance(prompt_path, str) else "given"
         self._auto_pending = prompt_path == "auto"
@@ -316,6 +320,11 @@ class TtnnEngine(Engine):
             "dtype": f"image path: {self._weight_dtype_name} weights, bfloat16 activations; "
             f"prompt path on {prompt['device'].split(' ')[0]} ({prompt['dtype']})",
             "input": self.input_status,
+            **{
+                stage: check.reason
+                for stage, check in self.stage_checks.items()
+                if stage not in ("input", "prompt_path")
+            },
             "prompt_path": self.prompt_path_status,
             "ttnn": self.version,
         }
@@ -432,6 +441,8 @@ class TtnnEngine(Engine):
         """
         if not self._input_checked and not self.image_encoder.captured:
             self.check_input_upload()
+        if not self._stages_checked and not self.image_encoder.captured:
+            self.check_stages()
         self.compile_prompt_path()
         pixels = self.warmup_image_path()
         if self._auto_pending:
@@ -450,6 +461,7 @@ class TtnnEngine(Engine):
         frame = prompt_check.check_frame(self.config.image_side)
         expected = torch.from_numpy(frame).reshape(self.config.input_shape).float()
         self._input_checked = True
+        wrong: int | None = None
         try:
             uploaded = ttnn.from_torch(
                 expected.to(torch.uint8),
@@ -470,11 +482,63 @@ class TtnnEngine(Engine):
         if not reason:
             self.input_status = "uint8 upload, cast on the chip (warm-up check passed: exact)"
             LOG.info("input: %s", self.input_status)
+            self.stage_checks["input"] = stage_checks.StageCheck(
+                "input", "uint8 upload", True, 0, self.input_status
+            )
             return True
         self._input_dtype = "bfloat16"
         self.input_status = f"bfloat16 upload (warm-up check: the chip's uint8 cast {reason})"
         LOG.warning("input: %s", self.input_status)
+        figure = None if wrong is None else float(wrong)
+        self.stage_checks["input"] = stage_checks.StageCheck(
+            "input", "bfloat16 upload", False, figure, self.input_status
+        )
         return False
+
+    def check_stages(self) -> list[stage_checks.StageCheck]:
+        """Before anything is compiled or captured: each risky stage on the chip against the host
+        on inputs from the check frame, falling back per stage (stage_checks.py): the neck's
+        convs, and with a chip prompt path its top-k, GroupNorm and pixel-decoder convs. Each
+        verdict goes to the log, describe() and stage_checks; returns them."""
+        self._require_open()
+        self._stages_checked = True
+        encoder = self.image_encoder
+        frame = prompt_check.check_frame(self.config.image_side)
+        dtypes = (encoder._matmul_dtype, encoder._matmul_dtype, encoder._param_dtype)
+        checks = [
+            stage_checks.check_convs(
+                self.ttnn,
+                self.device,
+                self.settings,
+                "neck_convs",
+                stage_checks.neck_sites(encoder, neck.level_sides(self.config)),
+                encoder._conv_weights,
+                *dtypes,
+                frame,
+            )
+        ]
+        path = self.prompt_path
+        if isinstance(path, ChipPromptPath):
+            checks += [
+                stage_checks.check_topk(self.ttnn, path, frame),
+                stage_checks.check_group_norm(self.ttnn, path, frame),
+                stage_checks.check_convs(
+                    self.ttnn,
+                    self.device,
+                    self.settings,
+                    "pixel_decoder_convs",
+                    stage_checks.pixel_decoder_sites(path),
+                    path._conv_weights,
+                    path._conv_dtype,
+                    path._conv_dtype,
+                    encoder._param_dtype,
+                    frame,
+                ),
+            ]
+        for check in checks:
+            check.log()
+            self.stage_checks[check.stage] = check
+        return checks
 
     def choose_prompt_path(self) -> prompt_check.PromptPathCheck:
         """prompt_path="auto": check the chip prompt path against the host's on one frame and
@@ -486,6 +550,13 @@ class TtnnEngine(Engine):
         outputs = self._run_image_path(prompt_check.check_frame(self.config.image_side))
         verdict = prompt_check.compare(outputs, self._vision_output(outputs), chip, chip.host)
         self._auto_pending = False
+        self.stage_checks["prompt_path"] = stage_checks.StageCheck(
+            "prompt_path",
+            "chip prompt path" if verdict.passed else "host prompt path",
+            verdict.passed,
+            verdict.pcc,
+            verdict.reason,
+        )
         if verdict.passed:
             self.prompt_path_status = f"chip (auto: warm-up check passed, {verdict.reason})"
             LOG.info("prompt path: %s", self.prompt_path_status)

@@ -19,6 +19,7 @@ from ._ops import (
     add,
     clamp,
     clone,
+    concat,
     concatenate_heads,
     conv2d,
     copy,
@@ -32,12 +33,15 @@ from ._ops import (
     log1p,
     matmul,
     max_pool2d,
+    mean,
     mul,
+    pad,
     permute,
     relu,
     repeat,
     reshape,
     rotary_embedding,
+    rsqrt,
     scaled_dot_product_attention,
     sigmoid,
     sin,
@@ -49,6 +53,7 @@ from ._ops import (
     typecast,
     upsample,
 )
+from ._ops import slice_ as slice
 from ._runtime import (
     _OPEN_DEVICES,
     _OPENED_ALONE,

@@ -1266,3 +1266,125 @@ def gt(
     if not isinstance(input_tensor_a, Tensor):
         raise EmulatorError("gt: the first operand must be a tensor")
     return _compare("gt", torch.gt, input_tensor_a, input_tensor_b, dtype, memory_config)
+
+
+# the warm-up fallbacks' ops: mean, rsqrt (composite GroupNorm); pad, slice, concat (conv taps) ----
+def mean(
+    input_tensor: Tensor,
+    dim: int | Sequence[int] | None = None,
+    keepdim: bool = False,
+    *,
+    memory_config: MemoryConfig | None = None,
+    compute_kernel_config: Any = None,
+) -> Tensor:
+    """The mean over `dim` of a TILE tensor (float32 accumulation, the result rounded to the
+    input's dtype); the device's reduce kernels are not modelled beyond that."""
+    name = "mean"
+    _require_tile(name, input_tensor)
+    dims = (
+        tuple(range(input_tensor.shape.rank))
+        if dim is None
+        else (dim,)
+        if isinstance(dim, int)
+        else tuple(dim)
+    )
+
+    def compute() -> list[Tensor]:
+        values = input_tensor.read().float().mean(dim=dims, keepdim=keepdim)
+        return [_new(values, input_tensor, memory_config=memory_config)]
+
+    params = dict(dim=dims, keepdim=keepdim, memory_config=memory_config, kernel=compute_kernel_config)
+    return _launch(name, [input_tensor], params, compute)[0]
+
+
+def rsqrt(
+    input_tensor: Tensor,
+    *,
+    fast_and_approximate_mode: bool = False,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    """1 / sqrt(x); the SFPU's approximation is not modelled."""
+    params = dict(fast_and_approximate_mode=fast_and_approximate_mode, memory_config=memory_config)
+    return _unary("rsqrt", torch.rsqrt, input_tensor, params)
+
+
+def pad(
+    input_tensor: Tensor,
+    padding: Sequence[tuple[int, int]],
+    value: float,
+    *,
+    use_multicore: bool = True,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    """`value` added before and after each dimension. The device's rule kept: a TILE tensor takes no
+    front padding (ROW_MAJOR does)."""
+    name = "pad"
+    pairs = [(int(before), int(after)) for before, after in padding]
+    if len(pairs) != input_tensor.shape.rank or min(min(p) for p in pairs) < 0:
+        raise EmulatorError(f"{name}: padding {pairs} does not fit a rank-{input_tensor.shape.rank} tensor")
+    if input_tensor.layout == Layout.TILE and any(before for before, _ in pairs):
+        raise EmulatorError(f"{name}: a TILE tensor takes no front padding on the device")
+
+    def make() -> Tensor:
+        flat = [amount for before, after in reversed(pairs) for amount in (before, after)]
+        return _new(F.pad(input_tensor.read(), flat, value=value), input_tensor, memory_config=memory_config)
+
+    params = dict(padding=tuple(pairs), value=value, memory_config=memory_config)
+    return _host_or_device(name, input_tensor, params, make)
+
+
+def slice_(
+    input_tensor: Tensor,
+    slice_start: Sequence[int],
+    slice_end: Sequence[int],
+    slice_step: Sequence[int] | None = None,
+    *,
+    memory_config: MemoryConfig | None = None,
+) -> Tensor:
+    """ttnn.slice (exported under that name): input[start:end] per dimension (steps of 1), a copy;
+    the bounds rules of ttnn.slice."""
+    name = "slice"
+    shape = list(input_tensor.shape)
+    starts, ends = [int(v) for v in slice_start], [int(v) for v in slice_end]
+    if slice_step is not None and any(int(step) != 1 for step in slice_step):
+        raise EmulatorError(f"{name}: strided slices are not emulated")
+    if not len(starts) == len(ends) == len(shape) or any(
+        not (0 <= s < e <= n) for s, e, n in zip(starts, ends, shape, strict=True)
+    ):
+        raise EmulatorError(f"{name}: [{starts}, {ends}) is not inside {shape}")
+
+    def make() -> Tensor:
+        index = tuple(slice(s, e) for s, e in zip(starts, ends, strict=True))
+        return _new(input_tensor.read()[index].clone(), input_tensor, memory_config=memory_config)
+
+    params = dict(starts=tuple(starts), ends=tuple(ends), memory_config=memory_config)
+    return _host_or_device(name, input_tensor, params, make)
+
+
+def concat(
+    tensors: Sequence[Tensor], dim: int = 0, *, memory_config: MemoryConfig | None = None
+) -> Tensor:
+    """The tensors joined along `dim`: same rank, dtype and layout, equal other dimensions."""
+    name = "concat"
+    tensors = list(tensors)
+    if not tensors:
+        raise EmulatorError(f"{name}: no tensors")
+    first = tensors[0]
+    rank = first.shape.rank
+    axis = dim % rank
+    for tensor in tensors[1:]:
+        same = [n for i, n in enumerate(tensor.shape) if i != axis] == [
+            n for i, n in enumerate(first.shape) if i != axis
+        ]
+        if tensor.shape.rank != rank or not same:
+            raise EmulatorError(
+                f"{name}: {list(tensor.shape)} does not join {list(first.shape)} on dim {dim}"
+            )
+        if tensor.dtype != first.dtype or tensor.layout != first.layout:
+            raise EmulatorError(f"{name}: inputs differ in dtype or layout")
+
+    def compute() -> list[Tensor]:
+        values = torch.cat([tensor.read() for tensor in tensors], dim=axis)
+        return [_new(values, first, memory_config=memory_config)]
+
+    return _launch(name, tensors, dict(dim=axis, memory_config=memory_config), compute)[0]

@@ -1,5 +1,5 @@
 """The device calls every ported block makes: a linear layer, the decoder heads' MLP, a LayerNorm
-and a 3x3 convolution.
+and a 3x3 convolution (ttnn.conv2d, or its taps form: the warm-up check's fallback).
 
 One home for them, so the image path (ViT, neck) and the prompt path (fusion encoder, decoder,
 scoring, segmentation head) put their matmuls, norms and convolutions on the chip with the same
@@ -11,6 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from .config import DeviceSettings
+
+#: Prefix of a conv's key in `conv_weights` under which its taps form's weights sit: a conv whose
+#: taps weights are there runs as conv3x3_taps instead of ttnn.conv2d (stage_checks.py puts them
+#: there when ttnn.conv2d fails its warm-up check).
+TAPS = "taps:"
 
 
 def linear(
@@ -95,8 +100,12 @@ def conv3x3(
 
     `conv_weights[key]` keeps the device-prepared weights: the first (eager) call prepares them
     from `host_weights` (torch's (C, C, 3, 3) weight and (1, 1, 1, C) bias as host tensors),
-    which writes to the device and so must happen before trace capture.
+    which writes to the device and so must happen before trace capture. With
+    ``conv_weights[TAPS + key]`` set, the taps form runs instead (conv3x3_taps).
     """
+    taps = conv_weights.get(TAPS + key)
+    if taps is not None:
+        return conv3x3_taps(ttnn, x, taps, channels, batch, side, settings)
     weight, bias = conv_weights.get(key, host_weights)
     out, prepared = ttnn.conv2d(
         input_tensor=x,
@@ -118,4 +127,49 @@ def conv3x3(
         return_weights_and_bias=True,
     )
     conv_weights[key] = prepared
+    return out
+
+
+def conv3x3_taps(
+    ttnn: Any,
+    x: Any,
+    taps: tuple[Any, Any],
+    channels: int,
+    batch: int,
+    side: int,
+    settings: DeviceSettings,
+) -> Any:
+    """The same convolution as conv3x3 without ttnn.conv2d: x padded by one zero pixel on each
+    side (ROW_MAJOR NHWC), its nine shifted (side, side) windows concatenated along the channels
+    in (dy, dx) order, and one matmul with the (9C, C) tap weights plus the bias (`taps`: the
+    device copies of tap_weights). (1, 1, batch*side^2, C) TILE in and out; leaves x allocated.
+
+    Nine times the input's bytes pass through DRAM: a fallback, not the fast form."""
+    memory = settings.memory
+    rows = ttnn.to_layout(x, ttnn.ROW_MAJOR_LAYOUT, memory_config=memory)
+    image = ttnn.reshape(rows, (batch, side, side, channels))
+    padded = ttnn.pad(image, [(0, 0), (1, 1), (1, 1), (0, 0)], 0.0, memory_config=memory)
+    ttnn.deallocate(rows)
+    windows = [
+        ttnn.slice(padded, [0, dy, dx, 0], [batch, dy + side, dx + side, channels], memory_config=memory)
+        for dy in range(3)
+        for dx in range(3)
+    ]
+    ttnn.deallocate(padded)
+    stacked = ttnn.concat(windows, dim=3, memory_config=memory)
+    for window in windows:
+        ttnn.deallocate(window)
+    flat = ttnn.reshape(stacked, (1, 1, batch * side * side, 9 * channels))
+    tiles = ttnn.to_layout(flat, ttnn.TILE_LAYOUT, memory_config=memory)
+    ttnn.deallocate(stacked)
+    weight, bias = taps
+    out = ttnn.linear(
+        tiles,
+        weight,
+        bias=bias,
+        dtype=ttnn.bfloat16,
+        memory_config=memory,
+        compute_kernel_config=settings.matmul_kernel,
+    )
+    ttnn.deallocate(tiles)
     return out

@@ -63,6 +63,7 @@ from .prompt_weights import (
     prepare_segmentation_head,
 )
 from .scoring import ScoringConfig, presence_logits, presence_selector, query_logits
+from .selection import HOST_TOP_K
 from .weights import upload
 
 #: Where the prompt path runs, in words (describe()).
@@ -191,6 +192,15 @@ class ChipPromptPath:
             "candidates": self._tensor(selection.candidate_row(self.decoder.rows, 1, self.decoder.queries)),
             "rows": self._tensor(selection.row_index(self.decoder.rows)),
         }
+        #: How the kept queries are ranked: selection.TOPK_FORMS; the warm-up check
+        #: (stage_checks.py) may change it before anything is compiled.
+        self.topk_form = selection.TOPK_FORMS[0]
+        #: The pixel decoder's GroupNorm (weight, bias) per stage, float32 on the host: the
+        #: warm-up check's reference.
+        self.host_norms = [
+            (norm.weight.detach().float().clone(), norm.bias.detach().float().clone())
+            for norm in mask_decoder.pixel_decoder.norms[: self.pixel.stages]
+        ]
         self.buckets = power_of_two_buckets(max_prompts)
         self.selectors = {b: self._tensor(presence_selector(self.decoder.rows, b)) for b in self.buckets}
         self.prompts = PromptBuffers(
@@ -253,6 +263,8 @@ class ChipPromptPath:
     def needs_every_query(self, max_instances: int | None) -> bool:
         """Whether a call keeping up to `max_instances` per call (None: unknown) may need a
         query outside some prompt's k kept ones."""
+        if self.topk_form == HOST_TOP_K:
+            return True
         if self.kept >= self.decoder.queries:
             return False
         return max_instances is None or max_instances > self.kept
@@ -409,13 +421,24 @@ class ChipPromptPath:
         ttnn.deallocate(pool_rows)
         presence = presence_logits(ttnn, stack.hidden, self.w_scoring, self.scoring, settings)
         ttnn.deallocate(stack.hidden)
-        # Ranked by logit, not score: the same order, without the bfloat16 product's ties (see
-        # selection.py); the flags are not used, the host applies the threshold.
-        values, indices, flags = selection.top_queries(
-            ttnn, logits, self.constants["candidates"], self.kept, 0.0, settings
-        )
-        for tensor in (values, flags):
-            ttnn.deallocate(tensor)
+        if self.topk_form == HOST_TOP_K:
+            # No ttnn.topk (it failed its warm-up check): stand-in kept rows, the first k queries;
+            # decode reads every query and the host ranks them (needs_every_query).
+            indices = ttnn.clone(self.constants[f"first_rows.{bucket}"], memory_config=settings.memory)
+        else:
+            # Ranked by logit, not score: the same order, without the bfloat16 product's ties (see
+            # selection.py); the flags are not used, the host applies the threshold.
+            values, indices, flags = selection.top_queries(
+                ttnn,
+                logits,
+                self.constants["candidates"],
+                self.kept,
+                0.0,
+                settings,
+                widen=self.constants.get("widen"),
+            )
+            for tensor in (values, flags):
+                ttnn.deallocate(tensor)
         pick = selection.selection_matrix(ttnn, indices, self.constants["rows"], settings)
         kept_logits = selection.gather_rows(ttnn, pick, logits, settings)
         kept_presence = gather_presence(ttnn, pick, presence, self.selectors[bucket], settings)

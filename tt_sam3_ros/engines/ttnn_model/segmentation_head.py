@@ -38,6 +38,10 @@ from .layers import conv3x3, layer_norm, linear
 
 #: The key of the GroupNorm input mask among the head's device weights.
 NORM_MASK = "pixel.norm_mask"
+#: The key of group_norm_composite's group-averaging matrix among them: present only when
+#: ttnn.group_norm failed its warm-up check (stage_checks.py adds it, with each stage's
+#: "pixel.{i}.norm.gamma" and ".beta" rows).
+GROUP_MEAN = "pixel.group_mean"
 
 
 @dataclass(frozen=True)
@@ -192,24 +196,90 @@ def pixel_decoder(
             ttnn, device, summed, host, prefix + "conv", conv_weights, c, batch, side, settings, conv_dtype
         )
         ttnn.deallocate(summed)
-        (grid_x, grid_y), blocks = group_norm_program(settings.grid, c, config.groups, side * side, batch)
-        normed = ttnn.group_norm(
-            ttnn.reshape(convolved, (batch, 1, side * side, c)),
-            num_groups=config.groups,
-            epsilon=config.eps,
-            input_mask=w[NORM_MASK],
-            weight=w[prefix + "norm.weight"],
-            bias=w[prefix + "norm.bias"],
-            memory_config=settings.memory,
-            core_grid=ttnn.CoreGrid(y=grid_y, x=grid_x),
-            inplace=False,
-            num_out_blocks=blocks,
-            compute_kernel_config=settings.exact_kernel,
-        )
+        normed = pixel_norm(ttnn, convolved, w, prefix, config, batch, side, settings)
         ttnn.deallocate(convolved)
         x = ttnn.relu(normed, memory_config=settings.memory)
         ttnn.deallocate(normed)
     return ttnn.reshape(x, (batch, side * side, c))
+
+
+def pixel_norm(
+    ttnn: Any,
+    x: Any,
+    w: dict[str, Any],
+    prefix: str,
+    config: PixelDecoderConfig,
+    batch: int,
+    side: int,
+    settings: DeviceSettings,
+) -> Any:
+    """One pixel-decoder stage's GroupNorm over x (1, 1, B * side^2, C) TILE -> (B, 1, side^2, C)
+    TILE; leaves x allocated. ttnn.group_norm, or, when the head's weights hold GROUP_MEAN (the
+    warm-up check's fallback, stage_checks.py), group_norm_composite."""
+    c = config.channels
+    samples = ttnn.reshape(x, (batch, 1, side * side, c))
+    if GROUP_MEAN in w:
+        return group_norm_composite(
+            ttnn,
+            samples,
+            w[GROUP_MEAN],
+            w[prefix + "norm.gamma"],
+            w[prefix + "norm.beta"],
+            config.eps,
+            settings,
+        )
+    (grid_x, grid_y), blocks = group_norm_program(settings.grid, c, config.groups, side * side, batch)
+    return ttnn.group_norm(
+        samples,
+        num_groups=config.groups,
+        epsilon=config.eps,
+        input_mask=w[NORM_MASK],
+        weight=w[prefix + "norm.weight"],
+        bias=w[prefix + "norm.bias"],
+        memory_config=settings.memory,
+        core_grid=ttnn.CoreGrid(y=grid_y, x=grid_x),
+        inplace=False,
+        num_out_blocks=blocks,
+        compute_kernel_config=settings.exact_kernel,
+    )
+
+
+def group_norm_composite(
+    ttnn: Any, x: Any, group_mean: Any, gamma: Any, beta: Any, eps: float, settings: DeviceSettings
+) -> Any:
+    """GroupNorm without ttnn.group_norm, from reductions, a matmul and elementwise ops: each
+    channel's mean over the pixels (ttnn.mean), averaged over its group by `group_mean` (the
+    (C, C) matrix of group_mean_matrix), subtracted; the same for the squares of the result
+    (the variance, from the centred values, so no cancellation); then times rsqrt(variance + eps)
+    and gamma, plus beta ((1, C) rows). x (B, 1, P, C) TILE; leaves it allocated."""
+    memory, kernel = settings.memory, settings.exact_kernel
+
+    def group_average(values: Any) -> Any:
+        channel = ttnn.mean(values, dim=2, keepdim=True, memory_config=memory, compute_kernel_config=kernel)
+        out = ttnn.matmul(channel, group_mean, memory_config=memory, compute_kernel_config=kernel)
+        ttnn.deallocate(channel)
+        return out
+
+    mean = group_average(x)
+    negated = ttnn.mul(mean, -1.0, memory_config=memory)
+    ttnn.deallocate(mean)
+    centred = ttnn.add(x, negated, memory_config=memory)
+    ttnn.deallocate(negated)
+    squares = ttnn.mul(centred, centred, memory_config=memory)
+    variance = group_average(squares)
+    ttnn.deallocate(squares)
+    shifted = ttnn.add(variance, eps, memory_config=memory)
+    ttnn.deallocate(variance)
+    rstd = ttnn.rsqrt(shifted, memory_config=memory)
+    ttnn.deallocate(shifted)
+    scale = ttnn.mul(rstd, gamma, memory_config=memory)
+    ttnn.deallocate(rstd)
+    scaled = ttnn.mul(centred, scale, memory_config=memory)
+    ttnn.deallocate(centred)
+    ttnn.deallocate(scale)
+    out = ttnn.add(scaled, beta, memory_config=memory)
+    ttnn.deallocate(scaled)
+    return out
 
 
 def mask_embeddings(ttnn: Any, queries: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:

@@ -40,6 +40,11 @@ from .config import DeviceSettings
 NOT_A_QUERY = -16384.0
 #: Rows a bfloat16 index can name exactly (integers up to 2^8).
 MAX_ROWS = 256
+#: How the prompt path ranks its queries, in the order the warm-up check tries them
+#: (stage_checks.py): ttnn.topk on the decoder's rows; ttnn.topk on the same row padded to a
+#: power of two (top_queries' `widen`); no ttnn.topk, every query read back and ranked on the host.
+TOPK_FORMS = ("chip", "padded", "host")
+HOST_TOP_K = TOPK_FORMS[2]
 
 
 def kept_count(max_instances: int, queries: int) -> int:
@@ -65,13 +70,45 @@ def row_index(rows: int) -> torch.Tensor:
     return torch.arange(rows, dtype=torch.float32).reshape(1, 1, rows)
 
 
+def padded_width(rows: int) -> int:
+    """The row width of top_queries' padded form: the next power of two, at least 64 (the
+    engine's 224 rows go to 256)."""
+    width = 64
+    while width < rows:
+        width *= 2
+    return width
+
+
+def widening_matrix(rows: int, width: int) -> torch.Tensor:
+    """Host side: (rows, width) 0/1, [I | 0]: a (B, 1, rows) row times it is the same row with
+    width - rows zero columns after it (exact: one value times 1)."""
+    matrix = torch.zeros(rows, width)
+    matrix[torch.arange(rows), torch.arange(rows)] = 1.0
+    return matrix
+
+
 def top_queries(
-    ttnn: Any, scores: Any, candidates: Any, k: int, threshold: float, settings: DeviceSettings
+    ttnn: Any,
+    scores: Any,
+    candidates: Any,
+    k: int,
+    threshold: float,
+    settings: DeviceSettings,
+    widen: Any = None,
 ) -> tuple[Any, Any, Any]:
     """(values, indices, kept) of the k best query rows per prompt, best first; leaves inputs.
 
-    `kept` is 1.0 where value > threshold. Equal scores may come out in either order."""
+    `kept` is 1.0 where value > threshold. Equal scores may come out in either order.
+    `widen` (the device copy of widening_matrix, with `candidates` as wide) is the padded form
+    the warm-up check falls back to (stage_checks.py): ttnn.topk then ranks a power-of-two row,
+    the extra columns NOT_A_QUERY, so the indices name the same rows."""
     row = ttnn.permute(scores, (0, 2, 1), memory_config=settings.memory)
+    if widen is not None:
+        narrow = row
+        row = ttnn.matmul(
+            narrow, widen, memory_config=settings.memory, compute_kernel_config=settings.exact_kernel
+        )
+        ttnn.deallocate(narrow)
     masked = ttnn.add(row, candidates, memory_config=settings.memory)
     ttnn.deallocate(row)
     values, indices = ttnn.topk(masked, k, dim=-1, largest=True, sorted=True, memory_config=settings.memory)
