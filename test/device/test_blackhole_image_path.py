@@ -72,7 +72,7 @@ def tokenizer(blackhole):
 
 
 @pytest.fixture(scope="module")
-def engine(blackhole, model, tokenizer):
+def engine(blackhole, model, tokenizer, device_report):
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
 
     started = time.perf_counter()
@@ -82,6 +82,8 @@ def engine(blackhole, model, tokenizer):
     started = time.perf_counter()
     built.warmup()
     print(f"warm-up (compile + capture + one full pass): {time.perf_counter() - started:.1f} s")
+    print(built.describe())  # after warm-up: every warm-up check's verdict
+    device_report.engine("image path", built)
     started = time.perf_counter()
     built.encode_image(pixels(99))
     built.first_frame_ms = (time.perf_counter() - started) * 1000  # the first real frame after warm-up
@@ -89,7 +91,7 @@ def engine(blackhole, model, tokenizer):
     built.close()
 
 
-def test_vit_blocks_match_transformers(engine, model, blackhole):
+def test_vit_blocks_match_transformers(engine, model, blackhole, gate):
     """Embeddings, one windowed and one global block, each fed transformers' own input."""
     from tt_sam3_ros.engines.ttnn_model import vit
     from tt_sam3_ros.engines.ttnn_model.config import window_order
@@ -140,10 +142,10 @@ def test_vit_blocks_match_transformers(engine, model, blackhole):
         )
     for name, score in scores.items():
         print(f"{name}: PCC {score:.5f}")
-    assert all(score >= PCC_GATE for score in scores.values()), scores
+    assert all([gate(f"{name} PCC", score, ">=", PCC_GATE) for name, score in scores.items()]), scores
 
 
-def test_image_features_match_transformers(engine, model):
+def test_image_features_match_transformers(engine, model, gate):
     image = pixels(2)
     features = engine.encode_vision(image)
     with torch.no_grad():
@@ -151,7 +153,13 @@ def test_image_features_match_transformers(engine, model):
     scores = [pcc(a, b) for a, b in zip(features.fpn_hidden_states, reference.fpn_hidden_states, strict=True)]
     for feature, score in zip(features.fpn_hidden_states, scores, strict=True):
         print(f"FPN map {tuple(feature.shape)}: PCC {score:.5f}")
-    assert min(scores) >= FPN_PCC_GATE, scores
+    shapes = [tuple(feature.shape) for feature in features.fpn_hidden_states]
+    assert all(
+        [
+            gate(f"FPN map {shape} PCC", score, ">=", FPN_PCC_GATE)
+            for shape, score in zip(shapes, scores, strict=True)
+        ]
+    ), scores
 
 
 def test_opened_with_the_probed_dispatch_on_the_grid_the_chip_reports(engine, blackhole):
@@ -172,7 +180,7 @@ def test_opened_with_two_command_queues(engine):
     assert queues == 2 and len(engine._trace.staging) == 1  # uploads on queue 1 via the staging buffer
 
 
-def test_two_queue_pipeline_equals_sequential_frames_and_its_time(engine):
+def test_two_queue_pipeline_equals_sequential_frames_and_its_time(engine, gate, device_report):
     """Frame N+1 uploaded on queue 1 while queue 0 replays frame N (trace.py's event pattern):
     the maps equal those of one frame at a time, bit for bit; both per-frame times are printed."""
     from tt_sam3_ros.engines.ttnn_model.neck import level_sides
@@ -196,16 +204,20 @@ def test_two_queue_pipeline_equals_sequential_frames_and_its_time(engine):
         pipelined.append(read(outputs))
     pipelined_ms = (time.perf_counter() - started) * 1000 / len(inputs)
     print(f"per frame with read-back: one at a time {sequential_ms:.1f} ms, pipelined {pipelined_ms:.1f} ms")
+    device_report.latency("image path with read-back, one frame at a time", [sequential_ms])
+    device_report.latency("image path with read-back, pipelined", [pipelined_ms])
     mismatched = [
         (i, tuple(a.shape))
         for i, (seq, pipe) in enumerate(zip(sequential, pipelined, strict=True))
         for a, b in zip(seq, pipe, strict=True)
         if not torch.equal(a, b)
     ]
-    assert not mismatched, mismatched
+    assert gate("pipelined maps differing from one-at-a-time maps", len(mismatched), "==", 0), mismatched
 
 
-def test_first_frame_after_warmup_is_steady_state_and_per_stage_latency(engine, blackhole):
+def test_first_frame_after_warmup_is_steady_state_and_per_stage_latency(
+    engine, blackhole, gate, device_report
+):
     from transformers.models.sam3.modeling_sam3 import Sam3VisionEncoderOutput
 
     from tt_sam3_ros.engines.ttnn_model.neck import level_sides
@@ -240,16 +252,21 @@ def test_first_frame_after_warmup_is_steady_state_and_per_stage_latency(engine, 
             stages[name].append(seconds * 1000)
         frames.append((t3 - t0) * 1000)
     for name, values in stages.items():
+        device_report.latency(f"image path frame: {name}", values)
         print(
             f"{name}: median {statistics.median(values):.1f} ms (min {min(values):.1f} max {max(values):.1f})"
         )
     steady = statistics.median(frames)
     print(f"encode_image: first frame after warm-up {engine.first_frame_ms:.1f} ms, steady {steady:.1f} ms")
-    assert engine.first_frame_ms <= 1.5 * steady, (engine.first_frame_ms, steady)
+    ratio = engine.first_frame_ms / steady
+    assert gate("first frame after warm-up over the steady median", ratio, "<=", 1.5), (
+        engine.first_frame_ms,
+        steady,
+    )
 
 
 @pytest.fixture(scope="module")
-def image_path_ms(engine, blackhole) -> float:
+def image_path_ms(engine, blackhole, device_report) -> float:
     """Median of 20 frames of copy-in + one trace replay, synchronised."""
     ttnn, device = blackhole, engine.device
     host_input = engine._host_input(pixels(7))
@@ -259,20 +276,21 @@ def image_path_ms(engine, blackhole) -> float:
         engine._trace.run(host_input)
         ttnn.synchronize_device(device)
         times.append((time.perf_counter() - start) * 1000)
-    median = statistics.median(times)
+    median = device_report.latency("image trace", times)
     print(f"image path (copy in + one trace replay): median {median:.1f} ms over 20 frames")
+    device_report.profile(ttnn, device)
     return median
 
 
-def test_image_path_latency_is_not_below_the_physical_floor(image_path_ms):
-    assert image_path_ms >= IMAGE_PATH_FLOOR_MS, image_path_ms
+def test_image_path_latency_is_not_below_the_physical_floor(image_path_ms, gate):
+    assert gate("image trace ms, floor", image_path_ms, ">=", IMAGE_PATH_FLOOR_MS), image_path_ms
 
 
-def test_image_path_meets_the_40ms_goal(image_path_ms):
-    assert image_path_ms < IMAGE_PATH_GOAL_MS, image_path_ms
+def test_image_path_meets_the_40ms_goal(image_path_ms, gate):
+    assert gate("image trace ms, goal", image_path_ms, "<", IMAGE_PATH_GOAL_MS), image_path_ms
 
 
-def test_trace_replay_equals_eager(engine, model, tokenizer, blackhole):
+def test_trace_replay_equals_eager(engine, model, tokenizer, blackhole, gate):
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
 
     image = pixels(3)
@@ -281,7 +299,7 @@ def test_trace_replay_equals_eager(engine, model, tokenizer, blackhole):
     with TtnnEngine(model, tokenizer, ttnn_module=blackhole, use_trace=False) as eager_engine:
         eager = eager_engine.encode_vision(image).fpn_hidden_states
         mismatched = [tuple(a.shape) for a, b in zip(traced, eager, strict=True) if not torch.equal(a, b)]
-    assert not mismatched, mismatched
+    assert gate("traced maps differing from eager maps", len(mismatched), "==", 0), mismatched
 
 
 def test_ethernet_dispatch_when_asked_opens_or_falls_back(engine, model, tokenizer, blackhole, caplog):

@@ -25,7 +25,6 @@ With seeded random weights (no --sam3-model) the prompt modules are re-drawn at 
 
 from __future__ import annotations
 
-import statistics
 import time
 import types
 
@@ -117,7 +116,7 @@ def reference(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def chip(blackhole, model, tokenizer):
+def chip(blackhole, model, tokenizer, device_report):
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
 
     started = time.perf_counter()
@@ -127,6 +126,8 @@ def chip(blackhole, model, tokenizer):
     engine.warmup()
     buckets = len(engine.prompt_path.buckets)
     print(f"warm-up (image path + {buckets} prompt buckets): {time.perf_counter() - started:.1f} s")
+    print(engine.describe())  # after warm-up: every warm-up check's verdict
+    device_report.engine("chip prompt path", engine)
     yield engine
     engine.close()
 
@@ -136,19 +137,25 @@ def on_chip(chip):
     return decoded(chip, PROMPTS)
 
 
-def test_decoded_outputs_match_the_torch_engine(on_chip, reference):
+def test_decoded_outputs_match_the_torch_engine(on_chip, reference, gate):
     figures = {name: pcc(on_chip[name], reference[name]) for name in ("logits", "boxes")}
     presence_error = float(np.abs(on_chip["presence"] - reference["presence"]).max())
     same_best = np.array_equal(on_chip["best"], reference["best"])
     print(f"chip vs torch: PCC {figures}, presence error {presence_error:.4f}, same best queries {same_best}")
-    assert min(figures.values()) >= PCC_GATE and presence_error <= PRESENCE_TOLERANCE, figures
+    passed = [
+        gate(f"decoded {name} PCC against the torch engine", v, ">=", PCC_GATE) for name, v in figures.items()
+    ]
+    passed.append(
+        gate("decoded presence error against the torch engine", presence_error, "<=", PRESENCE_TOLERANCE)
+    )
+    assert all(passed), figures
     if same_best:
         mask_pcc = pcc(on_chip["masks"], reference["masks"])
         print(f"mask logits of the best queries: PCC {mask_pcc:.5f}")
-        assert mask_pcc >= PCC_GATE
+        assert gate("best queries' mask logits PCC against the torch engine", mask_pcc, ">=", PCC_GATE)
 
 
-def test_top_mask_of_each_prompt_matches_the_torch_engine(on_chip, reference):
+def test_top_mask_of_each_prompt_matches_the_torch_engine(on_chip, reference, gate):
     ious = []
     for prompt in range(len(PROMPTS)):
         ours = on_chip["masks"][prompt * TOP_QUERIES] > 0
@@ -157,7 +164,7 @@ def test_top_mask_of_each_prompt_matches_the_torch_engine(on_chip, reference):
         ious.append(np.count_nonzero(ours & theirs) / union if union else 1.0)
     print(f"top-mask IoU per prompt: {np.round(ious, 4)}")
     assert np.array_equal(on_chip["best"][:, 0], reference["best"][:, 0])
-    assert min(ious) >= TOP_MASK_IOU_GATE
+    assert gate("lowest top-mask IoU against the torch engine", min(ious), ">=", TOP_MASK_IOU_GATE)
 
 
 def test_prompt_trace_replay_equals_eager(chip, blackhole):
@@ -179,7 +186,7 @@ def test_prompt_trace_replay_equals_eager(chip, blackhole):
     assert not mismatched, f"outputs {mismatched} differ between the replay and the eager forward"
 
 
-def _prompt_replay_ms(chip, blackhole, prompts: list[str]) -> float:
+def _prompt_replay_ms(chip, blackhole, prompts: list[str], device_report) -> float:
     path = chip.prompt_path
     state = chip.encode_image(pixels(8))
     chip.decode(state, chip.encode_prompts(prompts))  # holds these prompts, captures the bucket
@@ -189,16 +196,18 @@ def _prompt_replay_ms(chip, blackhole, prompts: list[str]) -> float:
         path.prompts.run(*path._inputs(state))
         blackhole.synchronize_device(chip.device)
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    count = len(prompts)
+    return device_report.latency(f"prompt trace, {count} prompt{'s' if count > 1 else ''}", times)
 
 
 @pytest.fixture(scope="module")
-def prompt_replay_ms(chip, blackhole) -> dict[int, float]:
+def prompt_replay_ms(chip, blackhole, device_report) -> dict[int, float]:
     """Median prompt-trace replay (ms) for 1 and for 4 prompts, printed with the cost per extra one."""
     replay = {
-        1: _prompt_replay_ms(chip, blackhole, PROMPTS[:1]),
-        4: _prompt_replay_ms(chip, blackhole, PROMPTS),
+        1: _prompt_replay_ms(chip, blackhole, PROMPTS[:1], device_report),
+        4: _prompt_replay_ms(chip, blackhole, PROMPTS, device_report),
     }
+    device_report.profile(blackhole, chip.device)
     print(
         f"prompt trace replay: 1 prompt {replay[1]:.2f} ms, 4 prompts {replay[4]:.2f} ms; "
         f"{(replay[4] - replay[1]) / 3:.2f} ms per extra prompt"
@@ -206,25 +215,31 @@ def prompt_replay_ms(chip, blackhole) -> dict[int, float]:
     return replay
 
 
-def test_prompt_trace_is_not_below_its_compute_floor(prompt_replay_ms):
-    assert prompt_replay_ms[1] >= PROMPT_TRACE_FLOOR_MS, prompt_replay_ms
+def test_prompt_trace_is_not_below_its_compute_floor(prompt_replay_ms, gate):
+    assert gate("prompt trace ms, 1 prompt, floor", prompt_replay_ms[1], ">=", PROMPT_TRACE_FLOOR_MS), (
+        prompt_replay_ms
+    )
 
 
-def test_prompt_trace_fits_what_the_goals_leave_it(prompt_replay_ms):
+def test_prompt_trace_fits_what_the_goals_leave_it(prompt_replay_ms, gate):
     """1 prompt: at most the 10 ms the 50 ms frame goal leaves after the 40 ms image-trace goal."""
-    assert prompt_replay_ms[1] <= PROMPT_TRACE_BUDGET_MS, prompt_replay_ms
+    assert gate("prompt trace ms, 1 prompt, goal", prompt_replay_ms[1], "<=", PROMPT_TRACE_BUDGET_MS), (
+        prompt_replay_ms
+    )
 
 
-def test_each_extra_prompt_costs_at_least_its_matrix_work(prompt_replay_ms):
-    assert (prompt_replay_ms[4] - prompt_replay_ms[1]) / 3 >= PER_PROMPT_FLOOR_MS, prompt_replay_ms
+def test_each_extra_prompt_costs_at_least_its_matrix_work(prompt_replay_ms, gate):
+    extra = (prompt_replay_ms[4] - prompt_replay_ms[1]) / 3
+    assert gate("ms per extra prompt, floor", extra, ">=", PER_PROMPT_FLOOR_MS), prompt_replay_ms
 
 
-def test_each_extra_prompt_costs_at_most_3ms(prompt_replay_ms):
-    assert (prompt_replay_ms[4] - prompt_replay_ms[1]) / 3 <= PER_PROMPT_GOAL_MS, prompt_replay_ms
+def test_each_extra_prompt_costs_at_most_3ms(prompt_replay_ms, gate):
+    extra = (prompt_replay_ms[4] - prompt_replay_ms[1]) / 3
+    assert gate("ms per extra prompt, goal", extra, "<=", PER_PROMPT_GOAL_MS), prompt_replay_ms
 
 
 @pytest.fixture(scope="module")
-def frame_to_mask_ms(chip) -> float:
+def frame_to_mask_ms(chip, device_report) -> float:
     """Median time of a 1080p frame through Sam3Segmenter to its instances (1 prompt, 10 frames)."""
     from tt_sam3_ros.segmenter import Sam3Segmenter
 
@@ -236,17 +251,17 @@ def frame_to_mask_ms(chip) -> float:
         start = time.perf_counter()
         segmenter(frame, PROMPTS[:1], threshold=0.0, max_instances=10)
         times.append((time.perf_counter() - start) * 1000)
-    median = statistics.median(times)
+    median = device_report.latency("frame to mask, 1 prompt", times)
     print(f"1080p frame to mask (1 prompt, 10 instances): median {median:.1f} ms over 10 frames")
     return median
 
 
-def test_frame_to_mask_is_not_below_the_two_traces_floors(frame_to_mask_ms):
-    assert frame_to_mask_ms >= FRAME_TO_MASK_FLOOR_MS, frame_to_mask_ms
+def test_frame_to_mask_is_not_below_the_two_traces_floors(frame_to_mask_ms, gate):
+    assert gate("frame to mask ms, floor", frame_to_mask_ms, ">=", FRAME_TO_MASK_FLOOR_MS), frame_to_mask_ms
 
 
-def test_frame_to_mask_under_50ms(frame_to_mask_ms):
-    assert frame_to_mask_ms < FRAME_TO_MASK_GOAL_MS, frame_to_mask_ms
+def test_frame_to_mask_under_50ms(frame_to_mask_ms, gate):
+    assert gate("frame to mask ms, goal", frame_to_mask_ms, "<", FRAME_TO_MASK_GOAL_MS), frame_to_mask_ms
 
 
 # per module, against transformers on the chip's own image features -------------------------------
@@ -379,21 +394,24 @@ def module_figures(chip, blackhole) -> dict:
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_each_prompt_module_matches_transformers(module_figures, module):
-    assert module_figures[module] >= PCC_GATE, module_figures
+def test_each_prompt_module_matches_transformers(module_figures, module, gate):
+    assert gate(f"{module} PCC", module_figures[module], ">=", PCC_GATE), module_figures
 
 
-def test_presence_logits_match_transformers(module_figures):
-    assert module_figures["presence error"] <= PRESENCE_TOLERANCE, module_figures
+def test_presence_logits_match_transformers(module_figures, gate):
+    assert gate("presence error", module_figures["presence error"], "<=", PRESENCE_TOLERANCE), module_figures
 
 
-def test_detection_scores_match_transformers(module_figures, real_weights):
-    assert module_figures["detection scores error"] <= SCORE_TOLERANCE, module_figures
+def test_detection_scores_match_transformers(module_figures, real_weights, gate):
+    error = module_figures["detection scores error"]
+    assert gate("detection scores error", error, "<=", SCORE_TOLERANCE), module_figures
     if real_weights:
-        assert module_figures["detection scores"] >= PCC_GATE, module_figures
+        assert gate("detection scores PCC", module_figures["detection scores"], ">=", PCC_GATE), (
+            module_figures
+        )
 
 
-def test_stream_equals_one_frame_at_a_time_and_is_not_slower(chip):
+def test_stream_equals_one_frame_at_a_time_and_is_not_slower(chip, gate, device_report):
     """Sam3Segmenter.segment_stream (frame N+1 uploaded on queue 1 during frame N's traces,
     TtnnEngine.prefetch): every frame's instances equal those of one call per frame, bit for
     bit; the per-frame time, printed beside the sequential one, is at most 5% above it."""
@@ -411,5 +429,7 @@ def test_stream_equals_one_frame_at_a_time_and_is_not_slower(chip):
     streamed = list(segmenter.segment_stream(frames, PROMPTS[:1], **settings))
     pipelined_ms = (time.perf_counter() - start) * 1000 / len(frames)
     print(f"1080p frames, 1 prompt: one call each {sequential_ms:.1f} ms, streamed {pipelined_ms:.1f} ms")
+    device_report.latency("1080p frame, 1 prompt, one call each", [sequential_ms])
+    device_report.latency("1080p frame, 1 prompt, streamed", [pipelined_ms])
     assert [r.instances for r in streamed] == [r.instances for r in one_at_a_time]
-    assert pipelined_ms <= 1.05 * sequential_ms
+    assert gate("streamed over one-call-each frame time", pipelined_ms / sequential_ms, "<=", 1.05)

@@ -50,6 +50,7 @@ from .ttnn_model.device import (
     DISPATCH_MODES,
     WRITTEN_AGAINST_TTNN,
     BlackholeChips,
+    find_simulator,
     load_ttnn,
     open_blackhole,
     open_blackholes,
@@ -153,7 +154,9 @@ class TtnnEngine(Engine):
         weight_dtype: device dtype of matmul weights ("bfloat8_b" default, "bfloat16").
         param_dtype: device dtype of norms, biases, position terms ("bfloat16").
         weight_cache: directory for converted weights (a restart skips the conversion); None: no cache.
-        use_trace: replay one captured trace per frame (default) or run the ops eagerly (debugging).
+        use_trace: replay one captured trace per frame (default) or run the ops eagerly (debugging);
+            off on a simulated chip (TT_METAL_SIMULATOR set: device.find_simulator), which runs
+            slow dispatch with one command queue.
         dispatch: "auto" (default: Ethernet dispatch when the installed build can open it, else
             worker, tt-metal's Blackhole default), "worker", or "ethernet" (tried, with a fallback
             to worker dispatch); see open_blackhole.
@@ -216,6 +219,16 @@ class TtnnEngine(Engine):
                 WRITTEN_AGAINST_TTNN,
             )
         self.config = ImagePathConfig.from_hf(model.config.vision_config)
+        #: The simulated chip tt-metal opens instead of a real one (TT_METAL_SIMULATOR), or None.
+        self.simulator = find_simulator()
+        if self.simulator is not None and chips is not None:
+            raise EngineError(
+                f"TT_METAL_SIMULATOR is set ({self.simulator}): the simulator is one chip; open it without "
+                "chips (devices), or unset TT_METAL_SIMULATOR to open the real chips"
+            )
+        if self.simulator is not None and use_trace:
+            use_trace = False
+            LOG.info("simulated Blackhole at %s: no trace (slow dispatch cannot capture one)", self.simulator)
         self.device_id = device_id
         self._weight_dtype_name = weight_dtype
         self._closed = False
@@ -251,6 +264,7 @@ class TtnnEngine(Engine):
             trace_region_size,
             dispatch,
             chips=chips,
+            simulator=self.simulator,
             matmul_dtype=dtypes[weight_dtype],
             param_dtype=dtypes[param_dtype],
             use_trace=use_trace,
@@ -312,6 +326,8 @@ class TtnnEngine(Engine):
         """Engine, chip, grid and dtypes in words."""
         x, y = self.settings.grid
         emulated = " (emulated)" if getattr(self.ttnn, "IS_EMULATOR", False) else ""
+        if self.simulator is not None:
+            emulated += f" (simulated: {self.simulator}, no trace)"
         prompt = self._require_prompt_path().describe()
         return {
             "engine": self.name,

@@ -37,6 +37,55 @@ ETH_DISPATCH_DESCRIPTOR = Path("tt_metal", "core_descriptors", "blackhole_140_ar
 COMMAND_QUEUES = 2
 
 
+#: Where tt-metal looks for a simulator to open instead of a chip: the path of Tenstorrent's ttsim
+#: library (libttsim_bh.so for Blackhole), which must sit beside a soc_descriptor.yaml (ttsim's
+#: README). ttsim runs tt-metal in slow dispatch only, so a simulated chip is opened with
+#: SLOW_DISPATCH_ENV=1, one command queue and no trace (traces are a fast-dispatch feature).
+SIMULATOR_ENV = "TT_METAL_SIMULATOR"
+SLOW_DISPATCH_ENV = "TT_METAL_SLOW_DISPATCH_MODE"
+#: The file ttsim reads beside its library.
+SIMULATOR_DESCRIPTOR = "soc_descriptor.yaml"
+#: How a simulated chip is driven: slow dispatch takes one command queue.
+SIMULATOR_COMMAND_QUEUES = 1
+#: The dispatch a simulated chip runs, as open_blackhole reports it.
+SIMULATED_DISPATCH = "slow (simulator)"
+
+
+def find_simulator(environ: Any = None) -> Path | None:
+    """The simulator tt-metal will open instead of a chip: SIMULATOR_ENV's path, or None when it is
+    unset (a real chip is opened). Sets SLOW_DISPATCH_ENV to 1 when it is unset, before tt-metal
+    reads it at the first open.
+
+    Raises:
+        EngineError: SIMULATOR_ENV names no file, its folder has no SIMULATOR_DESCRIPTOR, or slow
+            dispatch is turned off (ttsim cannot run fast dispatch): each with what to do.
+    """
+    environ = os.environ if environ is None else environ
+    value = environ.get(SIMULATOR_ENV, "")
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise EngineError(
+            f"{SIMULATOR_ENV}={value}: no such file; point it at ttsim's libttsim_bh.so or unset it"
+        )
+    if not (path.parent / SIMULATOR_DESCRIPTOR).is_file():
+        raise EngineError(
+            f"{SIMULATOR_ENV}={value}: no {SIMULATOR_DESCRIPTOR} beside it; copy tt-metal's "
+            "tt_metal/soc_descriptors/blackhole_140_arch.yaml there under that name"
+        )
+    slow = environ.get(SLOW_DISPATCH_ENV)
+    if slow is None:
+        environ[SLOW_DISPATCH_ENV] = "1"
+        LOG.info("simulator %s: %s=1 set (the simulator runs slow dispatch only)", path, SLOW_DISPATCH_ENV)
+    elif slow != "1":
+        raise EngineError(
+            f"{SIMULATOR_ENV} is set but {SLOW_DISPATCH_ENV}={slow}: the simulator runs slow dispatch "
+            f"only; set {SLOW_DISPATCH_ENV}=1 or unset it"
+        )
+    return path
+
+
 def load_ttnn(ttnn_module: Any = None) -> Any:
     """The injected module, else the environment's ttnn, with an actionable error if absent."""
     if ttnn_module is not None:
@@ -116,7 +165,12 @@ def _read_descriptor(path: Path, command_queues: int) -> tuple[bool, str]:
 
 
 def open_blackhole(
-    ttnn: Any, device_id: int, l1_small_size: int, trace_region_size: int, dispatch: str = "auto"
+    ttnn: Any,
+    device_id: int,
+    l1_small_size: int,
+    trace_region_size: int,
+    dispatch: str = "auto",
+    simulator: Path | None = None,
 ) -> tuple[Any, str]:
     """Open one chip as current tt-metal supports it; returns (device, dispatch used).
 
@@ -133,6 +187,8 @@ def open_blackhole(
     it on a chip).
     The compute grid is never assumed: callers read it from the opened device. When no open
     works, the error names the likely causes: no chip, or one held by another process.
+    With `simulator` (find_simulator's path) the simulated chip is opened with slow dispatch and
+    SIMULATOR_COMMAND_QUEUES, whatever `dispatch` says; the dispatch used reads "slow (simulator)".
     """
     if dispatch not in DISPATCH_MODES:
         raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
@@ -141,8 +197,15 @@ def open_blackhole(
         physical_device_ids=[device_id],
         l1_small_size=l1_small_size,
         trace_region_size=trace_region_size,
-        num_command_queues=COMMAND_QUEUES,
+        num_command_queues=COMMAND_QUEUES if simulator is None else SIMULATOR_COMMAND_QUEUES,
     )
+    if simulator is not None:
+        try:
+            return ttnn.open_mesh_device(**sizes), SIMULATED_DISPATCH
+        except Exception as error:
+            raise EngineError(
+                f"cannot open the simulated Blackhole ({SIMULATOR_ENV}={simulator}): {error}"
+            ) from error
     failures = []
     if dispatch == "auto":
         opens, reason = ethernet_dispatch_probe(ttnn)

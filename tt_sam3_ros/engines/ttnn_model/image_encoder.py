@@ -17,7 +17,7 @@ from typing import Any
 from . import neck, vit
 from .attention import sub_weights
 from .config import ImagePathConfig, device_settings
-from .device import COMMAND_QUEUES, BlackholeChips, open_blackhole
+from .device import COMMAND_QUEUES, SIMULATOR_COMMAND_QUEUES, BlackholeChips, open_blackhole
 from .geometry_encoder import GeometryConfig, class_token
 from .trace import TracedPath
 from .weights import HostWeight, upload
@@ -83,9 +83,11 @@ class ChipImageEncoder:
         trace_region_size: int,
         dispatch: str,
         chips: BlackholeChips | None = None,
+        simulator: Path | None = None,
         **options: Any,
     ) -> ChipImageEncoder:
-        """Open chip `device_id` (open_blackhole) and wrap it; the chip is closed again on failure.
+        """Open chip `device_id` (open_blackhole; the simulated one with `simulator`) and wrap it;
+        the chip is closed again on failure.
 
         With `chips`, the chip comes from that set, opened together with the others (its own
         sizes and dispatch apply, not the arguments here), so closing it leaves them serving.
@@ -93,9 +95,12 @@ class ChipImageEncoder:
         if chips is not None:
             device, used = chips.device(device_id)
         else:
-            device, used = open_blackhole(ttnn, device_id, l1_small_size, trace_region_size, dispatch)
+            device, used = open_blackhole(
+                ttnn, device_id, l1_small_size, trace_region_size, dispatch, simulator
+            )
+        queues = COMMAND_QUEUES if simulator is None else SIMULATOR_COMMAND_QUEUES
         try:
-            encoder = cls(ttnn, config, device, used, command_queues=COMMAND_QUEUES, **options)
+            encoder = cls(ttnn, config, device, used, command_queues=queues, **options)
         except BaseException:
             ttnn.close_device(device)
             raise

@@ -93,8 +93,13 @@ class PromptBuffers:
         mask_rows: Mapping[str, int],
         max_prompts: int,
         buckets: Sequence[int] | None = None,
+        use_trace: bool = True,
     ) -> None:
         self.ttnn = ttnn
+        #: Capture one trace per bucket (default), or run each bucket's forward eagerly on every
+        #: call (the engine's eager mode, and a simulated chip: slow dispatch cannot capture).
+        self.use_trace = use_trace
+        self._eager_outputs: list[Any] = []
         self.device = device
         self.forward = forward
         self.tokens, self.hidden = tokens, hidden
@@ -159,6 +164,10 @@ class PromptBuffers:
         if not self.count:
             raise RuntimeError("no prompts set: call set_prompts first")
         size = self.bucket
+        if not self.use_trace:
+            self._free_eager_outputs()
+            self._eager_outputs = self.forward(size, self.features[size], self.masks[size], *inputs)
+            return self._eager_outputs
         trace = self.traces.get(size)
         if trace is None:
             features, masks = self.features[size], self.masks[size]
@@ -177,6 +186,7 @@ class PromptBuffers:
 
     def release(self) -> None:
         """Release every bucket's trace and free the buffers. Idempotent."""
+        self._free_eager_outputs()
         for trace in self.traces.values():
             trace.release()
         self.traces, self._trace_inputs, self._held = {}, {}, {}
@@ -189,6 +199,12 @@ class PromptBuffers:
         self.count = self.bucket = 0
 
     # internals ----------------------------------------------------------------------------------
+    def _free_eager_outputs(self) -> None:
+        for tensor in self._eager_outputs:
+            if tensor.is_allocated():
+                self.ttnn.deallocate(tensor)
+        self._eager_outputs = []
+
     def _allocate(self, shape: tuple[int, ...]) -> Any:
         ttnn = self.ttnn
         return ttnn.allocate_tensor_on_device(

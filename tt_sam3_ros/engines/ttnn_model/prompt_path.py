@@ -212,6 +212,7 @@ class ChipPromptPath:
             mask_rows={"image": config.grid**2, "queries": self.decoder.rows, "pool": 1},
             max_prompts=max_prompts,
             buckets=self.buckets,
+            use_trace=encoder.use_trace,
         )
         self._closed = False
 

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812
 
 from . import layers, prompt_check, selection
 from . import segmentation_head as head
@@ -227,7 +226,7 @@ def check_convs(
         image = values.reshape(1, site.side, site.side, site.channels).permute(0, 3, 1, 2)
         weight = ttnn.to_torch(site.weight).float()
         bias = ttnn.to_torch(site.bias).float().reshape(-1)
-        expected = F.conv2d(image, weight, bias, padding=1).permute(0, 2, 3, 1).reshape(-1)
+        expected = torch.nn.functional.conv2d(image, weight, bias, padding=1).permute(0, 2, 3, 1).reshape(-1)
         return got, expected
 
     first, finding = _worst_pcc(run, sites)
@@ -378,7 +377,11 @@ def check_group_norm(ttnn: Any, path: Any, frame: np.ndarray) -> StageCheck:
         got = _read(ttnn, out).reshape(-1)
         weight, bias = path.host_norms[stage]
         image = values.reshape(1, side * side, c).transpose(1, 2)
-        expected = F.group_norm(image, pixel.groups, weight, bias, pixel.eps).transpose(1, 2).reshape(-1)
+        expected = (
+            torch.nn.functional.group_norm(image, pixel.groups, weight, bias, pixel.eps)
+            .transpose(1, 2)
+            .reshape(-1)
+        )
         return got, expected
 
     first, finding = _worst_pcc(run, stages)
