@@ -1361,9 +1361,7 @@ def slice_(
     return _host_or_device(name, input_tensor, params, make)
 
 
-def concat(
-    tensors: Sequence[Tensor], dim: int = 0, *, memory_config: MemoryConfig | None = None
-) -> Tensor:
+def concat(tensors: Sequence[Tensor], dim: int = 0, *, memory_config: MemoryConfig | None = None) -> Tensor:
     """The tensors joined along `dim`: same rank, dtype and layout, equal other dimensions."""
     name = "concat"
     tensors = list(tensors)
