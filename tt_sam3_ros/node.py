@@ -440,6 +440,7 @@ class Sam3Node(LifecycleNode):
                 self._release()
                 return TransitionCallbackReturn.FAILURE
         chips.settle()
+        self._close_unclaimed_chips()
         failures = chips.startup_errors
         if not chips.serving:
             for error in failures.values():
@@ -530,6 +531,7 @@ class Sam3Node(LifecycleNode):
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
                 chips.stop()
                 chips.join()
+            self._close_unclaimed_chips()
             self._chip_set = None
             for camera in self._cameras.values():
                 for name in camera.PUBLISHERS:
@@ -616,6 +618,19 @@ class Sam3Node(LifecycleNode):
         self.get_logger().info(
             f"engine released{which}: " + ", ".join(f"{key}={value}" for key, value in description.items())
         )
+
+    def _close_unclaimed_chips(self) -> None:
+        """Close the chips opened together whose engine never took its device (its build failed
+        first), so the next configure can open them again; the others' engines close their own."""
+        if self._chip_set is None:
+            return
+        try:
+            closed = self._chip_set.close_unclaimed()
+        except Exception as error:  # a chip that will not close must not stop the release
+            self.get_logger().error(f"closing the chips no engine took failed: {error}")
+            return
+        if closed:
+            self.get_logger().info(f"closed chip(s) {', '.join(map(str, closed))}: no engine started on them")
 
     def _devices_to_open(self, values: dict[str, Any]) -> list[tuple[str, str]]:
         """(name, device) of each chip to open: ``devices`` (``all``: every chip ttnn sees), else

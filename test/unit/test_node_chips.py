@@ -389,3 +389,35 @@ def test_every_chips_segmenter_is_built_on_one_set_of_the_chips_named(context, n
     assert sorted(request["device"] for request in built) == ["0", "2"]
     chip_sets = {id(request["chips"]) for request in built}
     assert len(chip_sets) == 1 and built[0]["chips"].device_ids == (2, 0)
+
+
+def test_a_chip_whose_build_fails_before_taking_its_device_is_closed(context, nodes, monkeypatch) -> None:
+    """Chips open together; chip 1's build fails before its engine takes its device (weights, say):
+    the node closes that chip at configure, so the next configure can open it again."""
+    import sys
+
+    import ttnn_emulator
+
+    ttnn_emulator.reset()
+    ttnn_emulator.SETTINGS.num_devices = 2
+    monkeypatch.setitem(sys.modules, "ttnn", ttnn_emulator)
+    sam3: Sam3Node | None = None
+
+    def build(device: str) -> EmulatedChipSegmenter:
+        assert sam3 is not None and sam3._chip_set is not None
+        if device == "1":
+            raise EngineError("the weights cannot be had")
+        chip, _ = sam3._chip_set.device(0)
+        return EmulatedChipSegmenter(device, chip, ttnn_emulator)
+
+    try:
+        sam3 = _node(context, nodes, build)
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert _values(_statuses(sam3)["sam3: chip 1"])["state"] == "out of service"
+        assert sorted(ttnn_emulator._OPEN_DEVICES) == [0]  # chip 1 closed, chip 0 serving
+        assert sam3.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert not ttnn_emulator._OPEN_DEVICES
+    finally:
+        if sam3 is not None:
+            sam3.shut_down()
+        ttnn_emulator.reset()

@@ -279,7 +279,8 @@ class BlackholeChips:
     call, from whichever thread, opens every chip in one open_blackholes call; each engine then
     takes its own chip's device and closes it (ttnn.close_device) when it is done or fails,
     while the other engines go on. A failed open is not retried: every later ``device`` call
-    raises the same error (a new object, at the next configure, tries again).
+    raises the same error (a new object, at the next configure, tries again). A chip whose engine
+    never took its device (its build failed before) is closed by ``close_unclaimed``.
     """
 
     def __init__(
@@ -299,6 +300,7 @@ class BlackholeChips:
         self._ttnn_module = ttnn_module
         self._lock = threading.Lock()
         self._devices: dict[int, Any] | None = None
+        self._claimed: set[int] = set()
         self._used = ""
         self._error: EngineError | None = None
 
@@ -324,4 +326,18 @@ class BlackholeChips:
             if self._error is not None:
                 raise self._error
             assert self._devices is not None
+            self._claimed.add(device_id)
             return self._devices[device_id], self._used
+
+    def close_unclaimed(self) -> list[int]:
+        """Close every opened chip no engine took (its build failed before); returns their ids.
+        Call once every engine has been built or has failed: a chip closed here cannot be taken."""
+        with self._lock:
+            if self._devices is None:
+                return []
+            unclaimed = [i for i in self.device_ids if i not in self._claimed]
+            self._claimed.update(unclaimed)
+            ttnn = load_ttnn(self._ttnn_module)
+            for device_id in unclaimed:
+                ttnn.close_device(self._devices[device_id])
+            return unclaimed
