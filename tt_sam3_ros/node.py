@@ -51,6 +51,7 @@ import rclpy.exceptions
 import rclpy.logging
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
+from rclpy._rclpy_pybind11 import InvalidHandle
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecyclePublisher, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
@@ -139,6 +140,9 @@ class _Camera:
     detections_3d_pub: LifecyclePublisher | None = None
     points_pub: LifecyclePublisher | None = None
     label_info_pub: LifecyclePublisher | None = None
+    #: ~/<camera>/prompt_boxes (also in ``subscriptions``): its publisher count decides whether
+    #: the camera's frames are kept for boxes drawn on them.
+    boxes_sub: Subscription | None = None
 
     PUBLISHERS = (
         "detections_pub",
@@ -713,7 +717,8 @@ class Sam3Node(LifecycleNode):
             camera.subscriptions.append(image_sub)
             self.get_logger().info(f"subscribed to {image_sub.topic_name}")
             on_boxes = functools.partial(self._on_prompt_boxes, camera)
-            camera.subscriptions.append(self._input(camera, Detection2DArray, "prompt_boxes", on_boxes))
+            camera.boxes_sub = self._input(camera, Detection2DArray, "prompt_boxes", on_boxes)
+            camera.subscriptions.append(camera.boxes_sub)
             if depth:
                 self._subscribe_depth(camera, qos)
         self._depth_enabled = depth
@@ -735,7 +740,8 @@ class Sam3Node(LifecycleNode):
     def _unsubscribe(self) -> None:
         self._depth_enabled = False
         for camera in self._cameras.values():
-            subscriptions, camera.subscriptions = camera.subscriptions, []
+            subscriptions, camera.subscriptions, camera.boxes_sub = camera.subscriptions, [], None
+            camera.state.exemplars.forget_frames()
             for subscription in subscriptions:
                 self.destroy_subscription(subscription)
             camera.state.depth_pairing.clear()
@@ -745,13 +751,28 @@ class Sam3Node(LifecycleNode):
         state = camera.state
         state.stats.count_received()
         frame = Frame(msg, time.monotonic(), camera.name)
-        state.exemplars.note_received(messages.stamp_ns(msg.header), msg.header.frame_id, frame)
+        if self._boxes_publisher(camera):
+            state.exemplars.note_received(messages.stamp_ns(msg.header), msg.header.frame_id, frame)
+        else:
+            state.exemplars.forget_frames()
         if not self._settings.prompts and not state.exemplars.has_box_only:
             return
         if self._depth_enabled:
             state.depth_pairing.note_colour(messages.stamp_ns(msg.header))
         if self._slot.put(frame):
             state.stats.count_dropped()
+
+    @staticmethod
+    def _boxes_publisher(camera: _Camera) -> bool:
+        """Whether anyone publishes on the camera's prompt_boxes: only then are its frames kept
+        to draw boxes on (each is a whole image message)."""
+        subscription = camera.boxes_sub
+        if subscription is None:
+            return False
+        try:
+            return subscription.get_publisher_count() > 0
+        except InvalidHandle:  # destroyed by a deactivate while the worker answers its last frame
+            return False
 
     def _on_prompt_boxes(self, camera: _Camera, msg: Detection2DArray) -> None:
         """Exemplar boxes drawn on a kept frame of this camera: that frame goes to the worker with
@@ -838,7 +859,7 @@ class Sam3Node(LifecycleNode):
             chip=chip.stats,
             wait_turn=wait_turn,
         )
-        if report.outcome == "answered":
+        if report.outcome == "answered" and self._boxes_publisher(camera):
             stamp = messages.stamp_ns(header)
             camera.state.exemplars.note_answered(stamp, header.frame_id, dataclasses.replace(frame, boxes=()))
         if self.label_info_has_box_only and not self._box_only_in_force():

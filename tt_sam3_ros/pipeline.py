@@ -61,8 +61,9 @@ REASON_LIMIT = 240
 #: The class id of the box-only concept (exemplar boxes without a prompt) in the detections and
 #: LabelInfo: the last uint16, which no prompt is given (``node_parameters.ClassIds``).
 BOX_ONLY_CLASS_ID = 65535
-#: Frames of each camera that prompt boxes can be drawn on, found by their stamp: the newest
-#: received ones, whatever became of them...
+#: Frames of each camera that prompt boxes can be drawn on, found by their stamp, kept only
+#: while the camera's prompt_boxes topic has a publisher (each is the received message: a
+#: 1920x1080 rgb8 image is 6.2 MB): the newest received ones, whatever became of them...
 RECEIVED_FRAMES_KEPT = 30
 #: ... and the newest answered ones (an operator draws on the overlay, which only answered
 #: frames have; on a slow engine they are seconds older than the newest received).
@@ -196,6 +197,18 @@ class ExemplarMemory:
             if not any(kept[0] == stamp_ns and kept[1] == frame_id for kept in self._answered):
                 self._answered.append((stamp_ns, frame_id, payload))
 
+    def forget_frames(self) -> None:
+        """Let go of every kept frame (no one can draw boxes on them); the exemplars in force stay."""
+        with self._lock:
+            self._received.clear()
+            self._answered.clear()
+
+    @property
+    def frames_kept(self) -> int:
+        """How many frames are kept (received and answered, a frame in both counted twice)."""
+        with self._lock:
+            return len(self._received) + len(self._answered)
+
     def find(self, stamp_ns: int, frame_id: str) -> tuple[Any, int]:
         """The kept frame stamped ``stamp_ns`` and the current generation.
 
@@ -217,8 +230,9 @@ class ExemplarMemory:
                 else "none"
             )
             raise InputError(
-                f"no frame stamped {_seconds(stamp_ns)} is kept any more (kept: {span}; the newest "
-                f"{RECEIVED_FRAMES_KEPT} received and {ANSWERED_FRAMES_KEPT} answered frames)"
+                f"no frame stamped {_seconds(stamp_ns)} is kept (kept: {span}; the newest "
+                f"{RECEIVED_FRAMES_KEPT} received and {ANSWERED_FRAMES_KEPT} answered frames, and only "
+                "while prompt_boxes has a publisher: create it before the frame you draw on arrives)"
             )
         same_frame = [k for k in matches if k[1] == frame_id]
         if not same_frame:

@@ -27,7 +27,26 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         sam3.boxes_pub = sam3.probe.create_publisher(Detection2DArray, "/sam3/prompt_boxes", reliable)
         assert spin_until(sam3.probe, lambda: sam3.boxes_pub.get_subscription_count() > 0, 20.0)
+        wait_until_the_node_keeps_frames(sam3, sam3.boxes_pub)
         yield sam3
+
+
+def wait_until_the_node_keeps_frames(client, publisher, attempts: int = 20) -> None:
+    """The node keeps frames for boxes once it sees a publisher on prompt_boxes, which discovery
+    may tell it later than this side sees the match: send frames, each followed by boxes naming
+    its stamp under another frame_id (refused either way, nothing in force), until the refusal
+    says the frame was kept."""
+    for attempt in range(attempts):
+        shown = make_image(scene(40 + attempt))
+        client.ask(shown)
+        header = copy.deepcopy(shown.header)
+        header.frame_id = "probe"
+        publisher.publish(prompt_boxes(header, [(1.0, 1.0, 20.0, 20.0, "car", 1.0)]))
+        stamp = f"{header.stamp.sec}.{header.stamp.nanosec:09d}"
+        status = client.next_diagnostics(20.0, where=lambda d, s=stamp: s in d.get("last_error", ""))
+        if "the boxes name frame_id 'probe'" in status["last_error"]:
+            return
+    raise AssertionError(f"the node kept no frame for boxes after {attempts} frames with a publisher")
 
 
 def prompt_boxes(header, boxes: list[tuple[float, float, float, float, str, float]]) -> Detection2DArray:

@@ -73,7 +73,7 @@ def test_frames_are_found_by_stamp_among_the_received_and_the_answered() -> None
     assert memory.find(1 * S, "cam") == ("answered long ago", 0)
     newest = RECEIVED_FRAMES_KEPT + 4
     assert memory.find((10 + newest) * S, "cam")[0] == f"received {newest}"
-    with pytest.raises(InputError, match=r"no frame stamped 10\.000000000 is kept any more \(kept: 31"):
+    with pytest.raises(InputError, match=r"no frame stamped 10\.000000000 is kept \(kept: 31"):
         memory.find(10 * S, "cam")  # pushed out by newer frames
     with pytest.raises(InputError, match=r"the boxes name frame_id .other. and the image stamped 1\."):
         memory.find(1 * S, "other")
@@ -82,6 +82,19 @@ def test_frames_are_found_by_stamp_among_the_received_and_the_answered() -> None
     for k in range(ANSWERED_FRAMES_KEPT):
         memory.note_answered((100 + k) * S, "cam", k)
     with pytest.raises(InputError, match=r"no frame stamped 1\.000000000"):
+        memory.find(1 * S, "cam")
+
+
+def test_forgetting_the_frames_keeps_the_exemplars_in_force() -> None:
+    """What the node does while no one publishes boxes: no frame is held, the concept stays."""
+    memory = ExemplarMemory()
+    memory.note_received(1 * S, "cam", "frame")
+    memory.note_answered(1 * S, "cam", "frame")
+    _, generation = memory.find(1 * S, "cam")
+    assert memory.keep({"car": "tokens"}, generation) and memory.frames_kept == 2
+    memory.forget_frames()
+    assert memory.frames_kept == 0 and memory.states == {"car": "tokens"}
+    with pytest.raises(InputError, match=r"kept: none; .* only while prompt_boxes has a publisher"):
         memory.find(1 * S, "cam")
 
 

@@ -1,0 +1,45 @@
+"""The frames kept for ~/prompt_boxes over real rclpy: held only while the topic has a publisher.
+
+Its own node process: the exemplar tests' shared node has a boxes publisher from its start.
+"""
+
+from __future__ import annotations
+
+from helpers.sam3_client import log_tail, make_image, running_node, scene, stamp_ns
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_harness import spin_until
+from test_node_exemplars import NODE_PARAMS, QUERIES, prompt_boxes, prompts_found
+from vision_msgs.msg import Detection2DArray
+
+#: A generous bound on each answer: the first frames after start-up come slowly on shared cores.
+ANSWER_LIMIT_S = 120.0
+
+
+def test_frames_are_kept_for_boxes_only_while_prompt_boxes_has_a_publisher(tmp_path) -> None:
+    """A node nobody publishes boxes to holds no frame: boxes for a frame it answered then are
+    refused with "kept: none". Once a publisher exists (and the node has had a message from it),
+    a frame answered after it is found and answered again with its boxes."""
+    # a generous start-up bound: the tiny model loads in seconds, but CI cores may be shared
+    with running_node(NODE_PARAMS, tmp_path / "node.log", startup_timeout_s=600.0) as sam3:
+        unwatched = make_image(scene(7))
+        sam3.ask(unwatched, timeout_s=ANSWER_LIMIT_S)
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        publisher = sam3.probe.create_publisher(Detection2DArray, "/sam3/prompt_boxes", reliable)
+        assert spin_until(sam3.probe, lambda: publisher.get_subscription_count() > 0, 20.0)
+        box_only = [(10.0, 10.0, 40.0, 30.0, "", 1.0)]
+        publisher.publish(prompt_boxes(unwatched.header, box_only))
+        refused = lambda d: "refused" in d.get("last_error", "")  # noqa: E731
+        status = sam3.next_diagnostics(timeout_s=ANSWER_LIMIT_S, where=refused)
+        assert "is kept (kept: none;" in status["last_error"], status["last_error"]
+        assert "only while prompt_boxes has a publisher" in status["last_error"]
+
+        watched = make_image(scene(8))
+        detections, _ = sam3.ask(watched, timeout_s=ANSWER_LIMIT_S)
+        assert prompts_found(sam3, detections) == {"car": QUERIES}
+        key = stamp_ns(watched)
+        del sam3.detections[key], sam3.masks[key]
+        publisher.publish(prompt_boxes(watched.header, box_only))
+        again, _ = sam3.answer(key, timeout_s=ANSWER_LIMIT_S)  # answered again: kept and found
+        box_only_named = lambda: any(e.class_name == "" for e in sam3.label_infos[-1].class_map)  # noqa: E731
+        assert spin_until(sam3.probe, box_only_named, 10.0)
+        assert prompts_found(sam3, again) == {"car": QUERIES, "": QUERIES}, log_tail(sam3.log_path)
