@@ -111,6 +111,7 @@ from ._types import (
     DispatchCoreType,
     Layout,
     MathFidelity,
+    MatmulMultiCoreReuseMultiCastProgramConfig,
     MemoryConfig,
     MeshShape,
     MeshTraceId,
@@ -119,6 +120,8 @@ from ._types import (
     ShardOrientation,
     ShardSpec,
     TensorMemoryLayout,
+    UnaryOpType,
+    UnaryWithParam,
     WormholeComputeKernelConfig,
 )
 

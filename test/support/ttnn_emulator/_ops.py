@@ -32,9 +32,11 @@ from ._types import (
     CoreGrid,
     DataType,
     Layout,
+    MatmulMultiCoreReuseMultiCastProgramConfig,
     MemoryConfig,
     SDPAProgramConfig,
     TensorMemoryLayout,
+    grid_xy,
 )
 
 #: Activations fused into a matmul; the fused gelu is the SFPU's approximate one.
@@ -216,6 +218,10 @@ def _matmul(
     _check_core_grid(tensors[0]._device, core_grid, name)
 
     fidelity = fidelity_of(options["compute_kernel_config"])
+    program = options["program_config"]
+    if program is not None:
+        fused = _check_matmul_program(name, program, input_tensor_a, k_a, n, options)
+        activation = activation or fused
 
     def compute() -> list[Tensor]:
         a, b = input_tensor_a.read(), input_tensor_b.read()
@@ -232,6 +238,52 @@ def _matmul(
 
     params = dict(options, bias=bias is not None)
     return _launch(name, tensors, params, compute)[0]
+
+
+#: The destination register's tiles a matmul sub-block may use: half of them with fp32 accumulation.
+_DEST_TILES = {False: 8, True: 4}
+
+
+def _check_matmul_program(
+    name: str, program: Any, a: Tensor, k: int, n: int, options: dict[str, Any]
+) -> str | None:
+    """ttnn 0.81.1's checks of a 2-D multicast matmul program config (the ones its
+    matmul_device_operation.cpp makes, as the real library on a mock p150a refuses them); returns
+    the fused activation's name. Its circular buffers' fit in L1 is the mock p150a's to judge."""
+    if not isinstance(program, MatmulMultiCoreReuseMultiCastProgramConfig):
+        raise EmulatorError(f"{name}: program config {type(program).__name__} is not emulated")
+    device = a._device
+    device.check_grid(program.compute_with_storage_grid_size, f"{name} program config")
+    grid_x, grid_y = grid_xy(program.compute_with_storage_grid_size)
+    rows = math.prod(a.shape[:-1]) if program.fuse_batch else a.shape[-2]
+    m_tiles, k_tiles, n_tiles = (math.ceil(v / TILE_SIZE) for v in (rows, k, n))
+    block_h = program.out_block_h or program.per_core_M
+    block_w = program.out_block_w or program.per_core_N
+    fp32 = bool(getattr(options["compute_kernel_config"], "fp32_dest_acc_en", False))
+    along_rows, along_columns = (grid_x, grid_y) if program.transpose_mcast else (grid_y, grid_x)
+    rules = [
+        (k_tiles % program.in0_block_w == 0, f"Kt ({k_tiles}) must be divisible by in0_block_w"),
+        (math.ceil(m_tiles / program.per_core_M) <= along_rows, f"{m_tiles} row tiles need more grid rows"),
+        (
+            math.ceil(n_tiles / program.per_core_N) <= along_columns,
+            f"{n_tiles} column tiles need more columns",
+        ),
+        (program.per_core_M % block_h == 0, "per_core_M must be divisible by out_block_h"),
+        (program.per_core_N % block_w == 0, "per_core_N must be divisible by out_block_w"),
+        (block_h % program.out_subblock_h == 0, "out_block_h must be divisible by out_subblock_h"),
+        (block_w % program.out_subblock_w == 0, "out_block_w must be divisible by out_subblock_w"),
+        (
+            program.out_subblock_h * program.out_subblock_w <= _DEST_TILES[fp32],
+            f"a sub-block may use {_DEST_TILES[fp32]} destination tiles (fp32_dest_acc_en={fp32})",
+        ),
+        # The real library takes both and runs the activation twice; nothing here wants that.
+        (options["activation"] is None, "activation= beside a program config's fused_activation"),
+    ]
+    for holds, rule in rules:
+        if not holds:
+            raise EmulatorError(f"{name}: MatmulMultiCoreReuseMultiCastProgramConfig: {rule}")
+    fused = program.fused_activation
+    return fused.op_type.value if fused is not None else None
 
 
 # normalisation and pointwise ----------------------------------------------------------------

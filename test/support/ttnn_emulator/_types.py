@@ -183,6 +183,48 @@ class SDPAProgramConfig:
     exp_approx_mode: bool | None = None
 
 
+class UnaryOpType(enum.Enum):
+    """The unary ops a matmul program config can fuse (ttnn.UnaryOpType's names)."""
+
+    GELU = "gelu"
+    RELU = "relu"
+
+
+@dataclass(frozen=True, init=False)
+class UnaryWithParam:
+    """A fused activation: ttnn.UnaryWithParam(op) or (op, param); GELU's param 1.0 asks for the
+    approximate GELU (the one the emulator computes for every fused gelu). Equal by value, so a
+    program config rebuilt for the same call is the same compiled program."""
+
+    op_type: UnaryOpType
+    params: tuple[float, ...]
+
+    def __init__(self, op_type: UnaryOpType, *params: float) -> None:
+        object.__setattr__(self, "op_type", op_type)
+        object.__setattr__(self, "params", tuple(float(p) for p in params))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatmulMultiCoreReuseMultiCastProgramConfig:
+    """The 2-D multicast matmul program: the output split into per_core_M x per_core_N tile blocks
+    over the grid's rows and columns (transposed with transpose_mcast), K walked in_block_w tiles
+    at a time, each core's block computed out_block_h x out_block_w at a time in
+    out_subblock_h x out_subblock_w pieces of the destination register; bias and
+    fused_activation fused into the same program."""
+
+    compute_with_storage_grid_size: CoreCoord | tuple[int, int]
+    in0_block_w: int
+    out_subblock_h: int
+    out_subblock_w: int
+    per_core_M: int  # noqa: N815 - ttnn's keyword
+    per_core_N: int  # noqa: N815 - ttnn's keyword
+    transpose_mcast: bool
+    out_block_h: int | None = None
+    out_block_w: int | None = None
+    fused_activation: UnaryWithParam | None = None
+    fuse_batch: bool = True
+
+
 @dataclass(frozen=True, kw_only=True)
 class Conv2dConfig:
     weights_dtype: DataType | None = None

@@ -180,6 +180,67 @@ def test_linear_with_bias_and_gelu(ttnn, device):
         ttnn.linear(_dev(ttnn, device, x), _dev(ttnn, device, w.T))
 
 
+def _program(ttnn, **changes):
+    """A 2-D multicast program for (1, 5184, 1024) @ (1024, 4736) on 11x10 with GELU fused: the one
+    the real library on a mock p150a accepts (162 row tiles over 10 rows of 17, 148 column tiles
+    over 11 columns of 14); `changes` breaks one rule."""
+    fields = dict(
+        compute_with_storage_grid_size=ttnn.CoreCoord(11, 10),
+        in0_block_w=2,
+        out_subblock_h=1,
+        out_subblock_w=2,
+        out_block_h=1,
+        out_block_w=14,
+        per_core_M=17,
+        per_core_N=14,
+        transpose_mcast=False,
+        fused_activation=ttnn.UnaryWithParam(ttnn.UnaryOpType.GELU, 1.0),
+    )
+    return ttnn.MatmulMultiCoreReuseMultiCastProgramConfig(**{**fields, **changes})
+
+
+def test_a_matmul_program_fuses_bias_and_gelu_in_one_op(ttnn, device):
+    torch.manual_seed(2)
+    x, w, b = torch.randn(1, 5184, 1024) / 4, torch.randn(1024, 4736) / 32, torch.randn(4736)
+    args = (_dev(ttnn, device, x), _dev(ttnn, device, w, ttnn.bfloat8_b))
+    bias = _dev(ttnn, device, b.reshape(1, -1))
+    kernel = ttnn.WormholeComputeKernelConfig(math_fidelity=ttnn.MathFidelity.LoFi, fp32_dest_acc_en=True)
+    before = len(device.ops)
+    fused = ttnn.linear(*args, bias=bias, program_config=_program(ttnn), compute_kernel_config=kernel)
+    assert len(device.ops) == before + 1
+    separate = ttnn.linear(*args, bias=bias, activation="gelu", compute_kernel_config=kernel)
+    assert torch.equal(ttnn.to_torch(fused), ttnn.to_torch(separate))
+
+
+@pytest.mark.parametrize(
+    ("change", "rule"),
+    [
+        (dict(per_core_M=16), "row tiles need more grid rows"),
+        (dict(per_core_N=13, out_block_w=13, out_subblock_w=1), "column tiles need more columns"),
+        (dict(in0_block_w=3), "Kt \\(32\\) must be divisible by in0_block_w"),
+        (dict(out_subblock_w=7), "4 destination tiles"),
+        (dict(out_subblock_w=4), "out_block_w must be divisible by out_subblock_w"),
+        (dict(compute_with_storage_grid_size=(12, 10)), "does not fit the compute grid"),
+    ],
+)
+def test_a_matmul_program_is_refused_where_the_real_library_refuses_it(ttnn, device, change, rule):
+    """Each change is one the real library on a mock p150a refuses (TT_FATAL in its
+    matmul_device_operation.cpp); the unchanged program is accepted (the test above)."""
+    x = _dev(ttnn, device, torch.zeros(1, 5184, 1024))
+    w = _dev(ttnn, device, torch.zeros(1024, 4736), ttnn.bfloat8_b)
+    kernel = ttnn.WormholeComputeKernelConfig(math_fidelity=ttnn.MathFidelity.LoFi, fp32_dest_acc_en=True)
+    with pytest.raises(ttnn.EmulatorError, match=rule):
+        ttnn.linear(x, w, program_config=_program(ttnn, **change), compute_kernel_config=kernel)
+
+
+def test_a_matmul_program_and_a_separate_activation_are_not_both_taken(ttnn, device):
+    x = _dev(ttnn, device, torch.zeros(1, 5184, 1024))
+    w = _dev(ttnn, device, torch.zeros(1024, 4736), ttnn.bfloat8_b)
+    kernel = ttnn.WormholeComputeKernelConfig(math_fidelity=ttnn.MathFidelity.LoFi, fp32_dest_acc_en=True)
+    with pytest.raises(ttnn.EmulatorError, match="activation= beside"):
+        ttnn.linear(x, w, activation="gelu", program_config=_program(ttnn), compute_kernel_config=kernel)
+
+
 def test_each_fidelity_keeps_the_operand_bits_the_matrix_engine_keeps(ttnn, device):
     # Activation 1 + 2^-7 has its lowest bfloat16 bit set: SrcB (7 bits) drops it below HiFi3.
     # Weight 1 + 2^-5 needs 6 bits: SrcA's first phase (5 bits) drops it at LoFi only.

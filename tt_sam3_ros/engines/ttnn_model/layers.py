@@ -8,9 +8,52 @@ output dtype, memory placement and kernel fidelity.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .config import DeviceSettings
+from .config import TILE, DeviceSettings
+
+#: ttnn.linear's activation names and the unary op (with its parameters) a matmul program fuses
+#: for each: GELU's 1.0 asks for the approximate GELU, the one ttnn fuses by default.
+FUSED_ACTIVATIONS = {"gelu": ("GELU", 1.0), "relu": ("RELU",)}
+
+
+def matmul_program(
+    ttnn: Any, x: Any, columns: int, settings: DeviceSettings, kernel: Any, activation: str | None = None
+) -> Any:
+    """A 2-D multicast program config for x @ W with W (K, `columns`) on the device's grid, with
+    the bias and `activation` fused into the matmul.
+
+    Without a program config ttnn.linear adds the bias and runs the activation as separate ops
+    over the whole output (the real library's graph on a mock p150a shows three device ops for a
+    ViT fc1: the matmul, a binary add, a unary GELU); with one it is a single op. The output splits
+    into per-core blocks over the grid's rows (the rows of x, batch folded in) and columns; each
+    core computes its block one tile row at a time (out_block_h 1: the smallest output buffer, so
+    the circular buffers fit beside the L1 activations around the call), K two tiles at a time
+    where it divides, in sub-blocks as wide as the destination register allows (4 tiles with fp32
+    accumulation, 8 without).
+    """
+    grid_x, grid_y = settings.grid
+    rows = math.prod(list(x.shape)[:-1])
+    m_tiles, k_tiles, n_tiles = (math.ceil(v / TILE) for v in (rows, x.shape[-1], columns))
+    per_core_m, per_core_n = math.ceil(m_tiles / grid_y), math.ceil(n_tiles / grid_x)
+    dest_tiles = 4 if getattr(kernel, "fp32_dest_acc_en", False) else 8
+    fused = None
+    if activation is not None:
+        op, *params = FUSED_ACTIVATIONS[activation]
+        fused = ttnn.UnaryWithParam(getattr(ttnn.UnaryOpType, op), *params)
+    return ttnn.MatmulMultiCoreReuseMultiCastProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(grid_x, grid_y),
+        in0_block_w=2 if k_tiles % 2 == 0 else 1,
+        out_subblock_h=1,
+        out_subblock_w=max(d for d in range(1, dest_tiles + 1) if per_core_n % d == 0),
+        out_block_h=1,
+        out_block_w=per_core_n,
+        per_core_M=per_core_m,
+        per_core_N=per_core_n,
+        transpose_mcast=False,
+        fused_activation=fused,
+    )
 
 #: Prefix of a conv's key in `conv_weights` under which its taps form's weights sit: a conv whose
 #: taps weights are there runs as conv3x3_taps instead of ttnn.conv2d (stage_checks.py puts them
@@ -28,18 +71,24 @@ def linear(
     kernel: Any = None,
     memory: Any = None,
     dtype: Any = None,
+    fused: bool = False,
 ) -> Any:
     """x @ w[name.weight] + w[name.bias] (bias optional), bfloat16 out unless another `dtype`,
-    fused activation if given; at the matmul fidelity unless another ``kernel`` (a compute
-    kernel config) is given; the output in `memory` (settings.memory by default)."""
+    then `activation` if given; at the matmul fidelity unless another ``kernel`` (a compute
+    kernel config) is given; the output in `memory` (settings.memory by default). With `fused`,
+    through matmul_program: bias and activation inside the matmul, one device op."""
+    weight = w[f"{name}.weight"]
+    kernel = kernel or settings.matmul_kernel
+    program = matmul_program(ttnn, x, weight.shape[-1], settings, kernel, activation) if fused else None
     return ttnn.linear(
         x,
-        w[f"{name}.weight"],
+        weight,
         bias=w.get(f"{name}.bias"),
-        activation=activation,
+        activation=None if fused else activation,
         dtype=dtype or ttnn.bfloat16,
         memory_config=memory or settings.memory,
-        compute_kernel_config=kernel or settings.matmul_kernel,
+        compute_kernel_config=kernel,
+        program_config=program,
     )
 
 

@@ -91,7 +91,7 @@ def rope_attention(
     merged = ttnn.transformer.concatenate_heads(context, memory_config=placed("concat", settings))
     ttnn.deallocate(context)
     merged_flat = ttnn.reshape(merged, (1, config.tokens, width))
-    out = linear(ttnn, merged_flat, w, "o", settings, memory=placed("o", settings))
+    out = linear(ttnn, merged_flat, w, "o", settings, memory=placed("o", settings), fused=True)
     ttnn.deallocate(merged_flat)
     return out
 
@@ -116,10 +116,20 @@ def vit_layer(
     normed = layer_norm(ttnn, residual, w, "ln2", config.eps, settings, memory=placed("ln2", settings))
     mlp = settings.vit_mlp_kernel
     expanded = linear(
-        ttnn, normed, w, "fc1", settings, activation="gelu", kernel=mlp, memory=placed("fc1", settings)
+        ttnn,
+        normed,
+        w,
+        "fc1",
+        settings,
+        activation="gelu",
+        kernel=mlp,
+        memory=placed("fc1", settings),
+        fused=True,
     )
     ttnn.deallocate(normed)
-    projected = linear(ttnn, expanded, w, "fc2", settings, kernel=mlp, memory=placed("fc2", settings))
+    projected = linear(
+        ttnn, expanded, w, "fc2", settings, kernel=mlp, memory=placed("fc2", settings), fused=True
+    )
     ttnn.deallocate(expanded)
     out = ttnn.add(residual, projected, memory_config=out_memory or placed("out", settings))
     ttnn.deallocate(residual)
