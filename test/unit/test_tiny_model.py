@@ -14,7 +14,9 @@ import torch
 from image_sensitivity import measure
 
 #: The property the suite stands on (frames.distinct_frames(), prompts "car" and "person").
-MIN_SCORE_SPREAD = 0.2
+#: The issue asked for 0.2; the model gives 0.32 and 0.36, and the chip gates' score tolerance
+#: (0.03) is a tenth of this bound, so that another frame's scores cannot pass them.
+MIN_SCORE_SPREAD = 0.3
 MIN_PRESENCE_SPREAD = 0.2
 MAX_LOGITS_PCC = 0.9
 #: Boxes move by at least this much (mean over coordinates, pixels of the 1008-pixel input).
