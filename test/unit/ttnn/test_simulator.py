@@ -9,8 +9,11 @@ describe(). The emulator stands in for the simulator.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
+from random_weights import randomise_prompt_path
 
 from tt_sam3_ros.engines.base import EngineError
 from tt_sam3_ros.engines.ttnn_model import device
@@ -60,12 +63,17 @@ def test_fast_dispatch_on_a_simulator_is_refused(ttsim):
 def test_the_engine_opens_a_simulated_chip_without_a_trace(
     ttsim, emulator, tiny_model, tokenizer, monkeypatch
 ):
+    """The prompt modules at unit gain (as test_prompt_path_auto's), so the auto check can tell a
+    wrong eager prompt path from the host's."""
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
+
+    model = copy.deepcopy(tiny_model)
+    randomise_prompt_path(model)
 
     monkeypatch.setenv("TT_METAL_SIMULATOR", str(ttsim))
     monkeypatch.setenv("TT_METAL_SLOW_DISPATCH_MODE", "1")  # as find_simulator sets it (tested above)
     emulator.reset()
-    with TtnnEngine(tiny_model, tokenizer, ttnn_module=emulator, prompt_path="auto", max_prompts=1) as engine:
+    with TtnnEngine(model, tokenizer, ttnn_module=emulator, prompt_path="auto", max_prompts=1) as engine:
         assert engine.simulator == ttsim
         assert not engine.image_encoder.use_trace and engine.image_encoder.command_queues == 1
         assert engine.dispatch == "slow (simulator)"
