@@ -623,3 +623,6 @@ def main(quick: bool) -> None:
     for miss_rate in (0.1,) if quick else (0.1, 0.2):
         quality_table(settings, miss_rate, 0.05)
     cost_table(settings)
+    from . import video_tracker_cost
+
+    video_tracker_cost.main(quick)

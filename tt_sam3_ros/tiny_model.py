@@ -209,15 +209,18 @@ def tiny_sam3_video_config(image_size: int = TINY_VIDEO_SIDE, **overrides: float
     return config
 
 
-def build_tiny_sam3_video(seed: int = 0, **overrides: float | int) -> Sam3VideoModel:
-    """The tiny video model with weights drawn from ``seed`` (the same seed, the same weights)."""
+def build_tiny_sam3_video(
+    seed: int = 0, image_size: int = TINY_VIDEO_SIDE, **overrides: float | int
+) -> Sam3VideoModel:
+    """The tiny video model with weights drawn from ``seed`` (the same seed, the same weights);
+    ``image_size``: its input side, a multiple of 14 (smaller: cheaper frames)."""
     import torch
     from transformers import Sam3VideoModel
 
     generator_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model = Sam3VideoModel(tiny_sam3_video_config(**overrides))
+        model = Sam3VideoModel(tiny_sam3_video_config(image_size, **overrides))
     finally:
         torch.random.set_rng_state(generator_state)
     return model.eval()

@@ -95,6 +95,11 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     assert "== tracking: identity, 10% missed detections" in out
     assert "ours (InstanceTracker: masks + motion)" in out and "ByteTrack (trackers 2.1.0)" in out
     assert "== tracking: cost per frame at 1920x1080" in out
+    # tracking, sam3 mode: SAM 3's tracker beside the image-only path, and its chip trace priced
+    assert "== tracking: sam3 mode, cost per frame with the tiny models" in out
+    assert "image-only: Sam3Segmenter + InstanceTracker" in out and "sam3: Sam3VideoTracker" in out
+    assert "== tracking: sam3 mode on the chip, a tracker trace priced (calibrated cost model)" in out
+    assert "per object and frame" in out
     # blackhole: the mock p150a's per-stage peaks and the cost model (or why they did not run)
     assert "ttnn engine: host work per frame" in out and "Blackhole image path on a mock p150a" in out
     assert "not run:" in out or ("per-core peak L1 by stage" in out and "predicted image trace:" in out)
