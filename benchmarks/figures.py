@@ -156,6 +156,26 @@ def readme_speed() -> str:
     return markdown_table(["engine", "per frame, full-size SAM 3", "source"], rows)
 
 
+def tracker_chip_frames() -> str:
+    """A frame of ``tracker: sam3`` on one chip, predicted: the detector's calibrated frame (1 prompt)
+    plus, per tracked object, the calibrated tracker trace with a full memory."""
+    chip = find("tracking", "tracking: sam3 mode on the chip")
+    per_object = next(_number(r[-1]) for r in chip["rows"] if r[0] == "7" and r[1] == "per object and frame")
+    detector = blackhole_prediction()["calibrated_frame_ms"]
+    rows = [
+        [str(n), f"{detector:.1f}", f"{n * per_object:.1f}", f"{detector + n * per_object:.1f}"]
+        for n in (1, 4, 16)
+    ]
+    meta = load("tracking")["meta"]
+    lines = [
+        f"{CALIBRATED} the detector's frame from {metadata_line(load('blackhole')['meta'], 'the run of')}",
+        f"The tracker trace per object from {metadata_line(meta, 'the run of')}",
+        "",
+        markdown_table(["objects", "detector ms (1 prompt)", "tracker ms", "frame ms"], rows),
+    ]
+    return "\n".join(lines)
+
+
 #: Generated region name -> its Markdown.
 REGIONS: dict[str, Callable[[], str]] = {
     "readme-speed": readme_speed,
@@ -170,6 +190,11 @@ REGIONS: dict[str, Callable[[], str]] = {
     "tracking-identity": partial(table, "tracking", "tracking: identity"),
     "tracking-scenarios": partial(table, "tracking", "tracking: identity", occurrence=1),
     "tracking-cost": partial(table, "tracking", "tracking: cost per frame"),
+    "tracking-sam3-cost": partial(table, "tracking", "tracking: sam3 mode, cost per frame"),
+    "tracking-sam3-full-size": partial(table, "tracking", "tracking: sam3 mode at full size, the tracker"),
+    "tracking-sam3-state": partial(table, "tracking", "tracking: sam3 mode at full size, the state"),
+    "tracking-sam3-chip": partial(table, "tracking", "tracking: sam3 mode on the chip", CALIBRATED),
+    "tracking-sam3-chip-frames": tracker_chip_frames,
     "fidelity-vit": partial(table, "fidelity", "ViT attention settings"),
     "blackhole-host": partial(table, "blackhole", "ttnn engine: host work per frame"),
     "blackhole-l1-harvested": partial(
