@@ -164,24 +164,32 @@ def torch_instances(prompt_model, tokenizer, module_rgb_image):
     return reference(module_rgb_image, PROMPTS, threshold=0.0, max_instances=12).instances
 
 
-def test_negative_control_swapped_key_value_fails_the_gate(emulator, prompt_model, tokenizer, host_reference):
+@pytest.fixture(scope="module")
+def swapped_key_value_failures(emulator, prompt_model, tokenizer, host_reference) -> list[str]:
+    """What the gate says of a chip prompt path whose fusion encoder's cross-attention has its key
+    and value projections swapped. A fixture that warm_engine depends on: it opens its own engine
+    (resetting the one emulated chip) before the shared engine exists, in any test order."""
     wrong = copy.deepcopy(prompt_model)
     for layer in wrong.detr_encoder.layers:
         layer.cross_attn.k_proj, layer.cross_attn.v_proj = layer.cross_attn.v_proj, layer.cross_attn.k_proj
     with chip_engine(emulator, wrong, tokenizer) as engine:
         got = decoded(engine, PROMPTS, host_reference["best"])
-    failures = gate_failures(got, host_reference)
-    print(f"negative control: {failures}")
-    assert failures
+    return gate_failures(got, host_reference)
+
+
+def test_negative_control_swapped_key_value_fails_the_gate(swapped_key_value_failures):
+    print(f"negative control: {swapped_key_value_failures}")
+    assert swapped_key_value_failures
 
 
 # The tests below share one warmed-up engine (warm_engine, built at its first use and kept to
-# the end of the module): they must come after every test that opens its own engine, since
-# opening one resets the emulator, which would close the shared engine's chip.
+# the end of the module). Every other engine of the module is opened and closed by a fixture
+# warm_engine depends on (opening one resets the emulator, which would close the shared engine's
+# chip), so the tests run in any order.
 
 
 @pytest.fixture(scope="module")
-def warm_engine(emulator, prompt_model, tokenizer, host_reference):
+def warm_engine(emulator, prompt_model, tokenizer, host_reference, swapped_key_value_failures):
     """The chip prompt path warmed up as the node serves it, on the queue-logging emulator,
     keeping KEPT queries per prompt."""
     engine = chip_engine(QueueLog(emulator), prompt_model, tokenizer, max_instances=KEPT)
