@@ -25,9 +25,10 @@ from .prompt_config import PromptLayerConfig
 
 
 def mlp(ttnn: Any, x: Any, w: dict[str, Any], settings: DeviceSettings, hidden_dtype: Any = None) -> Any:
-    """Sam3MLP: fc2(relu(fc1(x))), the relu fused into the first matmul, its output in
-    `hidden_dtype` (bfloat16 by default); leaves x allocated."""
-    expanded = linear(ttnn, x, w, "mlp.fc1", settings, activation="relu", dtype=hidden_dtype)
+    """Sam3MLP: fc2(relu(fc1(x))), the bias and relu fused into the first matmul (its program
+    config, layers.matmul_program), its output in `hidden_dtype` (bfloat16 by default); leaves x
+    allocated."""
+    expanded = linear(ttnn, x, w, "mlp.fc1", settings, activation="relu", dtype=hidden_dtype, fused=True)
     out = linear(ttnn, expanded, w, "mlp.fc2", settings)
     ttnn.deallocate(expanded)
     return out

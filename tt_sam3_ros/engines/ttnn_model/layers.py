@@ -55,6 +55,7 @@ def matmul_program(
         fused_activation=fused,
     )
 
+
 #: Prefix of a conv's key in `conv_weights` under which its taps form's weights sit: a conv whose
 #: taps weights are there runs as conv3x3_taps instead of ttnn.conv2d (stage_checks.py puts them
 #: there when ttnn.conv2d fails its warm-up check).
@@ -103,13 +104,23 @@ def decoder_mlp(
     hidden_dtype: Any = None,
 ) -> Any:
     """Sam3DecoderMLP (``name.layer1`` ... ``name.layer{layers}``): relu fused after all but the
-    last linear (and `last_activation` after that one), the hidden layers in `hidden_dtype`
+    last linear (and `last_activation` after that one), each linear with an activation through
+    matmul_program (bias and activation in the matmul), the hidden layers in `hidden_dtype`
     (bfloat16 by default); leaves x allocated."""
     out = x
     for index in range(1, layers + 1):
         activation = "relu" if index < layers else last_activation
         dtype = hidden_dtype if index < layers else None
-        step = linear(ttnn, out, w, f"{name}.layer{index}", settings, activation=activation, dtype=dtype)
+        step = linear(
+            ttnn,
+            out,
+            w,
+            f"{name}.layer{index}",
+            settings,
+            activation=activation,
+            dtype=dtype,
+            fused=activation is not None,
+        )
         if out is not x:
             ttnn.deallocate(out)
         out = step

@@ -284,8 +284,8 @@ def group_norm_composite(
 
 def mask_embeddings(ttnn: Any, queries: Any, w: dict[str, Any], settings: DeviceSettings) -> Any:
     """Sam3MaskEmbedder: three linears, ReLU fused into the first two; leaves queries allocated."""
-    first = linear(ttnn, queries, w, "mask_embed.0", settings, activation="relu")
-    second = linear(ttnn, first, w, "mask_embed.1", settings, activation="relu")
+    first = linear(ttnn, queries, w, "mask_embed.0", settings, activation="relu", fused=True)
+    second = linear(ttnn, first, w, "mask_embed.1", settings, activation="relu", fused=True)
     ttnn.deallocate(first)
     out = linear(ttnn, second, w, "mask_embed.2", settings)
     ttnn.deallocate(second)
