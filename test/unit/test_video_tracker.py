@@ -2,8 +2,10 @@
 
 Parity: on a clip where discs enter, cross and leave, the tracker's output equals transformers'
 own streaming inference (Sam3VideoModel with a frame-at-a-time session, post-processed by
-Sam3VideoProcessor) frame by frame: ids, mask pixels and scores. Negative controls show the
-comparison can fail: without the tracker's memory, or on the frames in another order.
+Sam3VideoProcessor) frame by frame: ids, mask pixels and scores, and its offline propagation
+where that does not look ahead. Negative controls show the comparison can fail: without the
+tracker's memory, on the frames in another order, against offline inference with its hotstart
+look-ahead.
 Bounded state: the session's tensors stay flat over a stream, where transformers' own session
 grows with every frame.
 """
@@ -175,6 +177,53 @@ def test_conditioning_cap_is_what_bounds_parity(model, processor, clip, referenc
     assert first_difference(stream[:17], reference[:17]) is None
     assert first_difference(stream, reference) is not None
     assert tracker.state().conditioning_frames == 1
+
+
+#: Frames of the offline comparison: from 16 on, offline propagation reads as many object
+#: pointers (min(video length, 16)) as streaming (16).
+OFFLINE_FRAMES = 16
+
+
+def offline_propagation(model, processor, frames) -> list[dict[int, tuple[float, np.ndarray]]]:
+    """transformers' offline inference: the whole clip in the session, then propagate_in_video_iterator
+    (the frames prepared as the streaming calls prepare them, so only the inference differs)."""
+    session = processor.init_video_session(inference_device="cpu", dtype=torch.float32)
+    session.processed_frames = {
+        index: processor(images=frame, return_tensors="pt").pixel_values[0]
+        for index, frame in enumerate(frames)
+    }
+    processor.add_text_prompt(session, PROMPTS)
+    height, width = frames[0].shape[:2]
+    per_frame = []
+    with torch.inference_mode():
+        for outputs in model.propagate_in_video_iterator(session):
+            processed = processor.postprocess_outputs(session, outputs, original_sizes=[[height, width]])
+            per_frame.append(
+                {
+                    obj_id: (score, mask.numpy())
+                    for obj_id, score, mask in zip(
+                        processed["object_ids"].tolist(),
+                        processed["scores"].tolist(),
+                        processed["masks"],
+                        strict=True,
+                    )
+                    if mask.any()
+                }
+            )
+    return per_frame
+
+
+def test_stream_equals_offline_propagation_without_hotstart(processor, clip):
+    """Streaming and offline inference are meant to agree where offline does not look ahead:
+    with SAM 3's hotstart delay at 0 they do, frame by frame. With its 15-frame delay, offline
+    drops the objects its look-ahead rejects, which a live stream cannot know (negative control)."""
+    frames = clip[:OFFLINE_FRAMES]
+    model = build_tiny_sam3_video(seed=0, max_num_objects=6, hotstart_delay=0)
+    stream = tracker_stream(Sam3VideoTracker(model, processor, forget_after_frames=1000), frames)
+    assert first_difference(stream, offline_propagation(model, processor, frames)) is None
+    assert max(len(frame) for frame in stream) >= 3
+    model.hotstart_delay = 15
+    assert first_difference(stream, offline_propagation(model, processor, frames)) is not None
 
 
 def session_tensor_count(session) -> int:
