@@ -1,7 +1,7 @@
 """The tiny model on Tenstorrent's full-system simulator (ttsim), before any chip.
 
 Run (see docs/device_validation.md, "Before the chip: the simulator"):
-    TT_METAL_SIMULATOR=~/sim/libttsim_bh.so pytest -m device test/device/test_simulator.py -v -s \\
+    TT_METAL_SIMULATOR=~/sim/libttsim_bh.so pytest -m device test/device/test_blackhole_simulator.py -v -s \\
         --device-report simulator_report.json
 The engine opens the simulated chip itself (slow dispatch, one command queue, no trace). For
 each prompt path (the host's, and auto: the chip's when its check passes), warm-up checks every
