@@ -415,6 +415,7 @@ def _chip_prompt_path(
     path._read = lambda tensor: np.zeros(tuple(tensor.shape), np.float32)
     rows = parts.stack.rows
     path.kept = m.selection.kept_count(pp.KEPT_QUERIES, parts.stack.queries)
+    path.topk_form = m.selection.TOPK_FORMS[0]  # the first form, as before any warm-up check
     path.constants = {
         "position": zeros((1, s, c)),
         "placement": zeros((1, pp.PROMPT_TOKENS, pp.TILE)),
