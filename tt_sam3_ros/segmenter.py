@@ -232,7 +232,8 @@ class Sam3Segmenter:
         if (checked or box_only_carried) and not getattr(self.engine, "takes_exemplars", False):
             raise InputError(
                 f"the {getattr(self.engine, 'name', 'current')} engine does not take exemplar boxes as "
-                "opened: use the torch engine, or the ttnn engine's host prompt path (prompt_path host)"
+                "opened (its prompt path has no box path): use the torch engine, or the ttnn engine's "
+                "own prompt paths (prompt_path auto, chip or host)"
             )
         if box_only and len(prompts) + 1 > max_prompts:
             raise InputError(

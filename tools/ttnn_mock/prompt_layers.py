@@ -32,6 +32,7 @@ Exit 0 when every module was accepted; 1 otherwise (the error of each failing on
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -422,6 +423,7 @@ def _chip_prompt_path(
         "candidates": zeros((1, 1, rows)),
         "rows": zeros((1, 1, rows)),
     }
+    path._image_serials = itertools.count(1)
     path.buckets = COMPOSED_BUCKETS
     path.selectors = {b: zeros((b, rows, rows)) for b in path.buckets}
     path.prompts = m.prompt_buffers.PromptBuffers(

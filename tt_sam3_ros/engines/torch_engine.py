@@ -254,6 +254,25 @@ class TorchEngine(Engine):
             boxes: per concept, float32 (N, 4) cx, cy, w, h normalised to the model input, N >= 1.
             labels: per concept, int (N,) 1 positive, 0 negative.
         """
+        vision = image_state.vision
+        # the geometry encoder reads the scale-1 map only (the last level Sam3Model keeps)
+        level, position = vision.fpn_hidden_states[-2], vision.fpn_position_encoding[-2]
+        return self.exemplar_tokens(level, position, image_state.serial, boxes, labels)
+
+    @torch.inference_mode()
+    def exemplar_tokens(
+        self,
+        level: torch.Tensor,
+        position: torch.Tensor,
+        image_serial: int,
+        boxes: list[np.ndarray],
+        labels: list[np.ndarray],
+    ) -> list[ExemplarTokens]:
+        """``encode_exemplars`` given the scale-1 FPN map (1, D, H, W) and its sine position
+        encoding directly: the ROI pooling of each box's region of the map (layer-normed), its
+        position and label terms, and the geometry encoder's layers, which attend to the whole
+        map. Public so that a prompt path that keeps the maps elsewhere (the ttnn engine's chip
+        prompt path reads this one map back) can run the box path here."""
         count, longest = len(boxes), max(len(b) for b in boxes)
         padded = torch.zeros(count, longest, 4)
         valid = torch.zeros(count, longest, dtype=torch.bool)
@@ -263,15 +282,16 @@ class TorchEngine(Engine):
             padded[row, :size] = torch.from_numpy(np.asarray(concept_boxes, dtype=np.float32))
             valid[row, :size] = True
             box_labels[row, :size] = torch.from_numpy(np.asarray(concept_labels, dtype=np.int64))
-        vision = image_state.vision
+        level = level.to(device=self.device, dtype=self.dtype)
+        position = position.to(device=self.device, dtype=self.dtype)
         geometry = (
             self._require_model()
             .geometry_encoder(
                 box_embeddings=padded.to(device=self.device, dtype=self.dtype),
                 box_mask=valid.to(self.device),
                 box_labels=box_labels.to(self.device),
-                img_feats=tuple(f.expand(count, -1, -1, -1) for f in vision.fpn_hidden_states[:-1]),
-                img_pos_embeds=tuple(f.expand(count, -1, -1, -1) for f in vision.fpn_position_encoding[:-1]),
+                img_feats=(level.expand(count, -1, -1, -1),),
+                img_pos_embeds=(position.expand(count, -1, -1, -1),),
             )
             .last_hidden_state
         )
@@ -279,7 +299,7 @@ class TorchEngine(Engine):
         tokens = []
         for row, size in enumerate(len(b) for b in boxes):
             box_tokens, class_token = geometry[row, :size].clone(), geometry[row, size : size + 1].clone()
-            tokens.append(ExemplarTokens(box_tokens, class_token, image_state.serial))
+            tokens.append(ExemplarTokens(box_tokens, class_token, image_serial))
         return tokens
 
     def _geometry_prompts(

@@ -419,17 +419,18 @@ class TtnnEngine(Engine):
 
     @property
     def takes_exemplars(self) -> bool:
-        """On the host prompt path only."""
+        """On both built-in prompt paths (a given PromptPath: when it has encode_exemplars)."""
         return hasattr(self.prompt_path, "encode_exemplars")
 
     def encode_exemplars(
         self, image_state: Any, boxes: list[np.ndarray], labels: list[np.ndarray]
     ) -> list[Any]:
-        """Exemplar boxes through the host prompt path's geometry encoder, over the FPN maps the
-        chip computed; the chip prompt path does not take them."""
+        """Exemplar boxes through the geometry encoder on the host, over the scale-1 FPN map the
+        chip computed: the host prompt path has every map read back already; the chip prompt path
+        reads that one map back on this frame (ttnn_model/prompt_path.py)."""
         encode = getattr(self._require_prompt_path(), "encode_exemplars", None)
         if encode is None:
-            raise EngineError("exemplar boxes need the ttnn engine's host prompt path (prompt_path host)")
+            raise EngineError("exemplar boxes need a prompt path with the geometry encoder's box path")
         return encode(image_state, boxes, labels)
 
     def decode(

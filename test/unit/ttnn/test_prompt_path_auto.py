@@ -16,6 +16,8 @@ from random_weights import randomise_prompt_path
 
 from tt_sam3_ros.engines.ttnn_model import prompt_check
 from tt_sam3_ros.engines.ttnn_model.prompt_path import ChipPromptPath
+from tt_sam3_ros.exemplars import Exemplar
+from tt_sam3_ros.segmenter import Sam3Segmenter
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,12 @@ def test_auto_keeps_the_chip_prompt_path_when_it_agrees(emulator, sharp_model, t
         assert ">= 0.99 against the host path" in status
         assert any("prompt path: chip (auto" in r.getMessage() for r in caplog.records)
         assert np.isfinite(serves(engine)).all()
+        # exemplar boxes are served on the chip prompt path it kept (their box path on the host)
+        assert engine.takes_exemplars
+        picture = np.random.default_rng(2).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+        boxes = [Exemplar((20, 10, 70, 60), prompt="car"), Exemplar((90, 40, 150, 110), False, "car")]
+        result = Sam3Segmenter(engine)(picture, ["car"], boxes=boxes, threshold=0.0, max_instances=1)
+        assert set(result.exemplars) == {"car"} and [i.prompt for i in result.instances] == ["car"]
 
 
 def test_auto_serves_the_host_path_when_the_chip_masks_disagree(

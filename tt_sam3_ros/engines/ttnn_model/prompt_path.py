@@ -32,14 +32,31 @@ those instead, and fetch_masks then picks the asked rows by a one-hot matrix fro
 to MASK_ROWS per prompt per read), as before the on-device selection: slower, never wrong.
 Build the engine with the largest max_instances it will serve to stay on the fast path.
 
-Prompt tokens are T = 64 rows: 32 text tokens, then the class-token tile (row 32 the token,
-rows 33..63 masked). Buckets of 1, 2, 4, ... max_prompts prompts (PromptBuffers) are compiled at
-warm-up before the image trace is captured, since a program compiled after a capture breaks its
-replays; the emulator holds the engine to that.
+Prompt tokens are T = 64 rows, whatever the prompt: 32 text tokens, row 32 the image's class
+token (the image trace's class tile, row 0, placed by a 0/1 matmul), rows 33..63 the geometry
+tokens the host gives (exemplar boxes; zeros and masked for a text prompt). Buckets of 1, 2, 4,
+... max_prompts prompts (PromptBuffers) are compiled at warm-up before the image trace is
+captured, since a program compiled after a capture breaks its replays; the emulator holds the
+engine to that.
+
+Exemplar boxes (encode_exemplars, then decode's ``exemplars``): the geometry encoder's box path
+(ROI pooling of each box's region of the layer-normed scale-1 map, the box's position and label
+terms, three layers that attend to the whole map) runs on the host, on that map read back from
+the chip on the frame the boxes were drawn on (5184 x 256 bfloat16, 2.65 MB at full size), once
+per request: exemplars are rare, and benchmarks/exemplar_bench.py prices the read and the host
+work against the frame. The tokens it returns go up into the prompt rows 33..63 with the prompt
+set: on the drawn frame the class token that attended to the boxes, then one token per box, with
+row 32 (this image's own class token) masked; on later frames that carry them, the box tokens
+only, beside this image's class token at row 32. Bucket rules for prompt length: there is one
+length, T = 64 (two tiles), for every bucket; a concept takes up to GEOMETRY_ROWS (31) host rows,
+so up to 30 boxes (exemplars.MAX_BOXES, 16, is below it). The traces, their shapes and programs
+do not change with exemplars (only the contents of the prompt buffers and masks do), so a
+prompt set with boxes costs the chip what the same prompts without them cost, plus one upload.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +92,10 @@ FINE, MIDDLE, COARSE = 0, 1, 2
 #: Text tokens per prompt (CLIP's context) and the prompt tokens with the class-token tile.
 TEXT_TOKENS = 32
 PROMPT_TOKENS = TEXT_TOKENS + TILE
+#: Where the image's class token sits among a prompt's tokens, and how many rows after it the
+#: host's geometry tokens (exemplars) may fill.
+CLASS_ROW = TEXT_TOKENS
+GEOMETRY_ROWS = PROMPT_TOKENS - CLASS_ROW - 1
 #: Kept queries per prompt when the engine is given none: the segmenter's DEFAULT_MAX_INSTANCES
 #: (not imported: the segmenter imports the engines).
 KEPT_QUERIES = 50
@@ -104,12 +125,14 @@ class PromptOutputs:
 @dataclass
 class ChipImageState:
     """One image as the prompt path reads it: the image trace's output buffers (valid until the
-    next image), the three FPN maps and the class-token tile."""
+    next image), the three FPN maps and the class-token tile; ``serial`` tells images apart
+    (exemplar tokens remember the image they were drawn on)."""
 
     fine: Any
     middle: Any
     coarse: Any
     class_tile: Any
+    serial: int = 0
 
 
 @dataclass
@@ -203,6 +226,9 @@ class ChipPromptPath:
         ]
         self.buckets = power_of_two_buckets(max_prompts)
         self.selectors = {b: self._tensor(presence_selector(self.decoder.rows, b)) for b in self.buckets}
+        #: The scale-1 map's sine encoding (1, C, side, side), for the host's geometry encoder.
+        self.coarse_position = position
+        self._image_serials = itertools.count(1)
         self.prompts = PromptBuffers(
             ttnn,
             device,
@@ -227,7 +253,20 @@ class ChipPromptPath:
 
     def image_features(self, levels: list[Any]) -> ChipImageState:
         """The image trace's outputs (four FPN maps, then the class-token tile) as this path's state."""
-        return ChipImageState(levels[FINE], levels[MIDDLE], levels[COARSE], levels[-1])
+        return ChipImageState(
+            levels[FINE], levels[MIDDLE], levels[COARSE], levels[-1], next(self._image_serials)
+        )
+
+    def encode_exemplars(
+        self, image_state: ChipImageState, boxes: list[np.ndarray], labels: list[np.ndarray]
+    ) -> list[Any]:
+        """The geometry encoder's box path on the host (the module doc says why), on this image's
+        scale-1 map read back from the chip: one read of (1, 1, side^2, C) bfloat16 per call.
+        Arguments and result as TorchEngine.encode_exemplars."""
+        side = self.decoder.height
+        coarse = self.ttnn.to_torch(image_state.coarse).float().reshape(1, side, side, -1)
+        level = coarse.permute(0, 3, 1, 2).contiguous()
+        return self.host.exemplar_tokens(level, self.coarse_position, image_state.serial, boxes, labels)
 
     def encode_prompts(self, prompts: list[str]) -> list[Any]:
         return self.host.encode_prompts(prompts)
@@ -244,17 +283,22 @@ class ChipPromptPath:
                 self.ttnn.deallocate(tensor)
 
     def decode(
-        self, image_state: ChipImageState, prompt_states: list[Any], max_instances: int | None = None
+        self,
+        image_state: ChipImageState,
+        prompt_states: list[Any],
+        max_instances: int | None = None,
+        exemplars: list[Any] | None = None,
     ) -> DecodedBatch:
         """All prompts in one replay of their bucket's trace.
 
         With max_instances <= k (or k = every query), only the kept rows' logits, boxes and
         indices and the presence logits are read back, and the other queries' logits are -inf;
-        otherwise every query's (the module doc says why)."""
+        otherwise every query's (the module doc says why). ``exemplars``: one entry per prompt,
+        its encode_exemplars state (from this image or an earlier one) or None."""
         count = len(prompt_states)
         if count > self.buckets[-1]:
             raise EngineError(f"{count} prompts: this engine was warmed up for at most {self.buckets[-1]}")
-        features, valid = self._prompt_rows(prompt_states)
+        features, valid = self._prompt_rows(prompt_states, exemplars, image_state.serial)
         self.prompts.set_prompts(features, valid)
         outputs = PromptOutputs(*self.prompts.run(*self._inputs(image_state)))
         if self.needs_every_query(max_instances):
@@ -511,15 +555,43 @@ class ChipPromptPath:
         return values
 
     # host helpers ----------------------------------------------------------------------------------
-    def _prompt_rows(self, prompt_states: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P, 33, C) text features with a zero row where the class token goes, and their (P, 33)
-        validity (the class token valid)."""
-        features = torch.stack([s.features.float() for s in prompt_states])
-        valid = torch.stack([s.mask.bool() for s in prompt_states])
-        count, width = features.shape[0], features.shape[-1]
-        features = torch.cat([features, torch.zeros(count, 1, width)], dim=1)
-        valid = torch.cat([valid, torch.ones(count, 1, dtype=torch.bool)], dim=1)
+    def _prompt_rows(
+        self, prompt_states: list[Any], exemplars: list[Any] | None = None, image_serial: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, t, C) prompt rows and their (P, t) validity: the text features, a zero row where
+        the class token goes (valid unless the prompt's exemplars were drawn on this image and
+        bring the class token that attended to them), then each prompt's host geometry rows
+        (none for a text prompt; t = 33 + the most any prompt has)."""
+        text = torch.stack([s.features.float() for s in prompt_states])
+        text_valid = torch.stack([s.mask.bool() for s in prompt_states])
+        count, width = text.shape[0], text.shape[-1]
+        geometry = [self._geometry_rows(e, image_serial) for e in (exemplars or [None] * count)]
+        longest = max(len(rows) for rows, _ in geometry)
+        if longest > GEOMETRY_ROWS:
+            raise EngineError(
+                f"a prompt with {longest} geometry tokens: the chip prompt path takes at most "
+                f"{GEOMETRY_ROWS} (the class token and {GEOMETRY_ROWS - 1} boxes)"
+            )
+        features = torch.zeros(count, CLASS_ROW + 1 + longest, width)
+        valid = torch.zeros(count, CLASS_ROW + 1 + longest, dtype=torch.bool)
+        features[:, :CLASS_ROW], valid[:, :CLASS_ROW] = text, text_valid
+        for index, (rows, own_class_token) in enumerate(geometry):
+            valid[index, CLASS_ROW] = own_class_token
+            if len(rows):
+                features[index, CLASS_ROW + 1 : CLASS_ROW + 1 + len(rows)] = rows
+            valid[index, CLASS_ROW + 1 : CLASS_ROW + 1 + len(rows)] = True
         return features, valid
+
+    @staticmethod
+    def _geometry_rows(exemplar: Any, image_serial: int) -> tuple[torch.Tensor, bool]:
+        """One prompt's host geometry rows (n, C) and whether it takes this image's class token:
+        none and yes for a text prompt; on the image the boxes were drawn on, their class token
+        then the box tokens, and no; on a later image the box tokens, and yes."""
+        if exemplar is None:
+            return torch.zeros(0), True
+        if exemplar.image_serial == image_serial:
+            return torch.cat([exemplar.class_token, exemplar.box_tokens]).float().cpu(), False
+        return exemplar.box_tokens.float().cpu(), True
 
     def _tensor(self, values: torch.Tensor) -> Any:
         ttnn = self.ttnn
@@ -544,9 +616,10 @@ def sine_position(model: Any, side: int, channels: int) -> torch.Tensor:
 
 
 def placement_matrix() -> torch.Tensor:
-    """(1, T, 32) 0/1: P @ class_tile puts the tile's rows at rows 32..63 (the text's rows get 0)."""
+    """(1, T, 32) 0/1: P @ class_tile puts the tile's row 0, the class token, at CLASS_ROW; every
+    other row gets 0 (the text's and the geometry's rows come from the prompt buffers)."""
     matrix = torch.zeros(1, PROMPT_TOKENS, TILE)
-    matrix[0, TEXT_TOKENS + torch.arange(TILE), torch.arange(TILE)] = 1.0
+    matrix[0, CLASS_ROW, 0] = 1.0
     return matrix
 
 
