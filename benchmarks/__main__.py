@@ -1,6 +1,6 @@
 """`python -m benchmarks [--quick] [--only SECTION] [--device cpu|cuda] [--results DIR]`: print the tables.
 
-SECTION: model, host, stream, tracking, blackhole, fidelity (repeatable; default: all).
+SECTION: model, host, stream, tracking, exemplar, blackhole, fidelity (repeatable; default: all).
 --results DIR also writes each section's tables to DIR/<section>.json with one metadata record (date,
 commit, machine, command); the figures in the docs are generated from benchmarks/results/
 (tools/gen_docs.py), so `--results benchmarks/results` then a rerun of the generator updates them.
@@ -17,7 +17,7 @@ import io
 import os
 import sys
 
-SECTIONS = ("model", "host", "stream", "tracking", "blackhole", "fidelity")
+SECTIONS = ("model", "host", "stream", "tracking", "exemplar", "blackhole", "fidelity")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
