@@ -18,6 +18,7 @@ chip side only) must miss the logit gate on the drawn frame.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -44,8 +45,22 @@ def decoded(engine, pixels: np.ndarray, boxes: np.ndarray):
     return engine.decode(image, engine.encode_prompts(["bolt"]), exemplars=exemplars)
 
 
+@pytest.fixture
+def hifi_mlp(monkeypatch):
+    """The ViT's MLP at HiFi2 like its other linears: the engine runs it at LoFi, a choice gated at
+    full size (test_ttnn_image_path_full_size.py); on sharp_model's scaled-up ViT, LoFi alone moved
+    this test's decode from PCC 0.996 to 0.988, and this test holds the exemplar path, not the ViT."""
+    from tt_sam3_ros.engines.ttnn_model import config, image_encoder
+
+    def settings(ttnn, device):
+        chosen = config.device_settings(ttnn, device)
+        return dataclasses.replace(chosen, vit_mlp_kernel=chosen.matmul_kernel)
+
+    monkeypatch.setattr(image_encoder, "device_settings", settings)
+
+
 def test_boxes_on_chip_features_match_the_torch_engine_and_transposed_boxes_do_not(
-    emulator, sharp_model, tokenizer
+    emulator, sharp_model, tokenizer, hifi_mlp
 ) -> None:
     from tt_sam3_ros.engines.torch_engine import TorchEngine
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
