@@ -76,7 +76,10 @@ def test_segmenter_scores_boxes_and_masks_follow_the_reference(segmenter, tiny_m
     reference, _ = reference_outputs(tiny_model, processor, rgb_image, "person")
     scores = (reference.pred_logits.sigmoid() * reference.presence_logits.sigmoid())[0].numpy()
     order = np.argsort(-scores, kind="stable")
-    assert [round(i.score, 5) for i in result.instances] == [round(float(s), 5) for s in scores[order]]
+    # within 1e-5 in the reference's order (rounding both to 5 places split 0.281425 into 0.28143
+    # and 0.28142 on the tiny model)
+    assert len(result.instances) == len(scores)
+    np.testing.assert_allclose([i.score for i in result.instances], scores[order], rtol=0, atol=1e-5)
     height, width = rgb_image.shape[:2]
     best = result.instances[0]
     want_box = reference.pred_boxes[0, order[0]].numpy() * [width, height, width, height]
