@@ -7,7 +7,7 @@ import importlib.metadata
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +190,7 @@ def open_blackhole(
     With `simulator` (find_simulator's path) the simulated chip is opened with slow dispatch and
     SIMULATOR_COMMAND_QUEUES, whatever `dispatch` says; the dispatch used reads "slow (simulator)".
     """
-    if dispatch not in DISPATCH_MODES:
-        raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+    _check_dispatch(dispatch)
     sizes = dict(
         mesh_shape=ttnn.MeshShape(1, 1),
         physical_device_ids=[device_id],
@@ -206,25 +205,11 @@ def open_blackhole(
             raise EngineError(
                 f"cannot open the simulated Blackhole ({SIMULATOR_ENV}={simulator}): {error}"
             ) from error
-    failures = []
-    if dispatch == "auto":
-        opens, reason = ethernet_dispatch_probe(ttnn)
-        dispatch = "ethernet" if opens else "worker"
-        LOG.info("dispatch: %s (%s)", dispatch, reason)
-    if dispatch == "ethernet":
-        try:
-            eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
-            return ttnn.open_mesh_device(**sizes, dispatch_core_config=eth), "ethernet"
-        except Exception as error:
-            failures.append(f"ethernet dispatch: {error}")
-            LOG.warning("Ethernet dispatch did not open (%s); retrying with worker dispatch", error)
-    try:
-        return ttnn.open_mesh_device(**sizes), "worker"
-    except Exception as error:
-        failures.append(f"worker dispatch: {error}")
-    raise EngineError(
-        f"cannot open Blackhole chip {device_id}: it is absent, or held by another process (one process owns "
-        f"a chip; check `tt-smi` and stop the other user). Details: {'; '.join(failures)}"
+    return _open_with_dispatch(
+        ttnn,
+        dispatch,
+        lambda **dispatch_args: ttnn.open_mesh_device(**sizes, **dispatch_args),
+        f"cannot open Blackhole chip {device_id}: it is absent",
     )
 
 
@@ -241,14 +226,38 @@ def open_blackholes(
     `dispatch` as open_blackhole: "auto" asks ethernet_dispatch_probe, "ethernet" falls back to
     worker dispatch with a warning.
     """
-    if dispatch not in DISPATCH_MODES:
-        raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+    _check_dispatch(dispatch)
     ids = list(dict.fromkeys(int(device_id) for device_id in device_ids))
     if not ids:
         raise EngineError("no chip to open")
     sizes = dict(
         num_command_queues=COMMAND_QUEUES, l1_small_size=l1_small_size, trace_region_size=trace_region_size
     )
+    return _open_with_dispatch(
+        ttnn,
+        dispatch,
+        lambda **dispatch_args: dict(ttnn.CreateDevices(ids, **sizes, **dispatch_args)),
+        f"cannot open Blackhole chips {', '.join(map(str, ids))}: one is absent",
+    )
+
+
+def _check_dispatch(dispatch: str) -> None:
+    """Raises EngineError when `dispatch` is not one of DISPATCH_MODES."""
+    if dispatch not in DISPATCH_MODES:
+        raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+
+
+def _open_with_dispatch(
+    ttnn: Any, dispatch: str, open_chips: Callable[..., Any], absent: str
+) -> tuple[Any, str]:
+    """open_chips() with the dispatch `dispatch` asks for; returns (what it opened, dispatch used).
+
+    open_blackhole and open_blackholes open differently (one mesh, several devices) but choose
+    dispatch the same way: "auto" asks ethernet_dispatch_probe, "ethernet" is tried with
+    open_chips(dispatch_core_config=...) and falls back to worker dispatch (open_chips()) with a
+    warning. When nothing opens, the EngineError starts with `absent` and adds the likely cause
+    and every failure.
+    """
     failures = []
     if dispatch == "auto":
         opens, reason = ethernet_dispatch_probe(ttnn)
@@ -257,18 +266,17 @@ def open_blackholes(
     if dispatch == "ethernet":
         try:
             eth = ttnn.DispatchCoreConfig(type=ttnn.DispatchCoreType.ETH)
-            return dict(ttnn.CreateDevices(ids, **sizes, dispatch_core_config=eth)), "ethernet"
+            return open_chips(dispatch_core_config=eth), "ethernet"
         except Exception as error:
             failures.append(f"ethernet dispatch: {error}")
             LOG.warning("Ethernet dispatch did not open (%s); retrying with worker dispatch", error)
     try:
-        return dict(ttnn.CreateDevices(ids, **sizes)), "worker"
+        return open_chips(), "worker"
     except Exception as error:
         failures.append(f"worker dispatch: {error}")
-    chips = ", ".join(map(str, ids))
     raise EngineError(
-        f"cannot open Blackhole chips {chips}: one is absent, or held by another process (one process "
-        f"owns a chip; check `tt-smi` and stop the other user). Details: {'; '.join(failures)}"
+        f"{absent}, or held by another process (one process owns a chip; check `tt-smi` and stop the "
+        f"other user). Details: {'; '.join(failures)}"
     )
 
 
@@ -291,8 +299,7 @@ class BlackholeChips:
         dispatch: str = "auto",
         ttnn_module: Any = None,
     ) -> None:
-        if dispatch not in DISPATCH_MODES:
-            raise EngineError(f"dispatch {dispatch!r} is not one of {', '.join(DISPATCH_MODES)}")
+        _check_dispatch(dispatch)
         self.device_ids = tuple(dict.fromkeys(int(device_id) for device_id in device_ids))
         if not self.device_ids:
             raise EngineError("BlackholeChips needs at least one chip id")
