@@ -14,6 +14,12 @@ import rclpy.executors
 
 HELPERS = Path(__file__).parent / "helpers"
 
+#: The most a wait for something that should happen spins (a frame's answer, a service, a
+#: /diagnostics status, a subscription matching). It returns as soon as the condition holds, so a
+#: well node never pays it; it is generous because the suite shares 2 cores with other work (a frame
+#: of tiny-random takes ~0.3 s alone and took over 20 s with a second suite beside it).
+WAIT_LIMIT_S = 120.0
+
 
 def ros_test_node() -> Iterator[rclpy.node.Node]:
     """A plain rclpy node in this process, with its own context."""

@@ -24,7 +24,7 @@ from helpers.sam3_client import (
     stop_node,
 )
 from rcl_interfaces.msg import ParameterType
-from ros_harness import spin_until
+from ros_harness import WAIT_LIMIT_S, spin_until
 from sensor_msgs.msg import Image
 
 from tt_sam3_ros.messages import image_to_rgb
@@ -145,7 +145,7 @@ def test_overlay_is_published_while_subscribed(sam3: Sam3Client) -> None:
     overlays: list[Image] = []
     subscription = sam3.probe.create_subscription(Image, "/sam3/overlay", overlays.append, 5)
     try:
-        spin_until(sam3.probe, lambda: subscription.get_publisher_count() > 0, 10.0)
+        spin_until(sam3.probe, lambda: subscription.get_publisher_count() > 0, WAIT_LIMIT_S)
         # Discovery is not symmetric: the node may see this subscription a moment after we
         # see its publisher, so give it up to three frames.
         for seed in (2, 3, 4):
@@ -257,7 +257,7 @@ def test_a_burst_is_answered_with_the_newest_frame_and_drops_are_counted(sam3: S
         # The newest frame was answered, so the worker is idle and the counts are final.
         return int(status["frames_processed"]) - int(before["frames_processed"]) == len(answered)
 
-    after = sam3.next_diagnostics(timeout_s=10.0, where=settled)
+    after = sam3.next_diagnostics(where=settled)
     received = int(after["frames_received"]) - int(before["frames_received"])
     processed = int(after["frames_processed"]) - int(before["frames_processed"])
     dropped = int(after["frames_dropped"]) - int(before["frames_dropped"])
@@ -312,7 +312,7 @@ def test_bad_input_is_skipped_and_reported_and_the_next_frame_answered(sam3: Sam
     def rejected(status: dict[str, str]) -> bool:
         return int(status["frames_rejected"]) == int(before["frames_rejected"]) + 1
 
-    status = sam3.next_diagnostics(timeout_s=10.0, where=rejected)
+    status = sam3.next_diagnostics(where=rejected)
     assert reason in status["last_error"], status["last_error"]
     assert status["_level"] == 1, "a rejected frame is a warning"
     good = make_image(scene(seed=9))
@@ -354,7 +354,7 @@ def test_with_depth_off_only_the_2d_outputs_are_advertised(sam3: Sam3Client) -> 
     def published() -> set[str]:
         return {topic for topic, _ in sam3.probe.get_publisher_names_and_types_by_node("sam3", "/")}
 
-    spin_until(sam3.probe, lambda: outputs <= published(), timeout_s=10.0)
+    spin_until(sam3.probe, lambda: outputs <= published(), WAIT_LIMIT_S)
     assert outputs <= published()
     assert {"/sam3/detections_3d", "/sam3/points"} & published() == set()
 

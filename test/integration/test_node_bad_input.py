@@ -137,7 +137,7 @@ def _refused_then_served(
     def counted(status: dict[str, str]) -> bool:
         return int(status["frames_rejected"]) == int(before["frames_rejected"]) + 1
 
-    status = sam3.next_diagnostics(timeout_s=15.0, where=counted)
+    status = sam3.next_diagnostics(where=counted)
     assert status["last_error"].startswith("bad input frame"), status["last_error"]
     _reason_is_safe(status["last_error"])
     _reason_is_safe(status["_message"])

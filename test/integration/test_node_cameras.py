@@ -12,7 +12,7 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers.sam3_client import ANSWER_TIMEOUT_S, log_tail, make_image, running_node, scene, stamp_ns
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_harness import HELPERS, spin_until, start_process, stop_process
+from ros_harness import HELPERS, WAIT_LIMIT_S, spin_until, start_process, stop_process
 from sensor_msgs.msg import Image
 from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
@@ -219,7 +219,7 @@ def test_each_camera_has_its_label_info_beside_its_masks(cameras: Cameras) -> No
     for topic in ("/sam3/label_info", *(f"/sam3/{name}/label_info" for name in CAMERAS)):
         received[topic] = []
         cameras.probe.create_subscription(LabelInfo, topic, received[topic].append, latched)
-    assert spin_until(cameras.probe, lambda: all(received.values()), 10.0), {
+    assert spin_until(cameras.probe, lambda: all(received.values()), WAIT_LIMIT_S), {
         t: len(m) for t, m in received.items()
     }
     maps = {

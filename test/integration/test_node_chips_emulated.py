@@ -25,7 +25,7 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers.sam3_client import Sam3Client, log_tail, make_image, running_node, scene, stamp_ns, stop_node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import spin_until
+from ros_harness import WAIT_LIMIT_S, spin_until
 from sensor_msgs.msg import Image
 from vision_msgs.msg import Detection2DArray
 
@@ -92,7 +92,7 @@ class Rig:
     def fresh_diagnostics(self) -> None:
         """Wait for the next /diagnostics array, so ``statuses`` says what holds now."""
         seen = self.arrays
-        assert spin_until(self.probe, lambda: self.arrays > seen, 10.0), "no /diagnostics"
+        assert spin_until(self.probe, lambda: self.arrays > seen, WAIT_LIMIT_S), "no /diagnostics"
 
     def send(self, camera: str, seed: int) -> int:
         msg = make_image(scene(seed))
@@ -137,7 +137,7 @@ def test_four_cameras_are_served_by_both_emulated_chips(rig: Rig) -> None:
         for camera, key in keys.items():
             assert rig.answered(camera, key), f"{camera} not answered\n{log_tail(rig.client.log_path)}"
             assert rig.detections[camera][key].header.frame_id == f"{camera}_optical"
-        counted = spin_until(rig.probe, lambda seed=seed: sum(_served(rig).values()) == seed, 10.0)
+        counted = spin_until(rig.probe, lambda seed=seed: sum(_served(rig).values()) == seed, WAIT_LIMIT_S)
         assert counted, (
             f"the chips' frames_processed do not add up to the {seed} frames answered: {_served(rig)}"
         )

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers.sam3_client import Sam3Client, log_tail, mask_pixels, running_node, stamp_ns
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import HELPERS, spin_until, start_process, stop_process
+from ros_harness import HELPERS, WAIT_LIMIT_S, spin_until, start_process, stop_process
 from sensor_msgs.msg import PointCloud2
 from vision_msgs.msg import Detection3DArray
 
@@ -74,7 +74,7 @@ class DepthClient(Sam3Client):
         ]
 
     def depth_status(self, where) -> dict[str, str]:
-        return self.next_diagnostics(timeout_s=10.0, where=lambda d: "frames_3d" in d and where(d))
+        return self.next_diagnostics(where=lambda d: "frames_3d" in d and where(d))
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +171,8 @@ def test_a_frame_without_depth_in_tolerance_is_answered_in_2d_only(sam3: DepthCl
 def test_depth_from_another_frame_is_refused_and_2d_keeps_flowing(sam3: DepthClient) -> None:
     import time
 
-    spin_until(sam3.probe, lambda: sam3.depth_pub.get_subscription_count() > 0, 10.0)
-    spin_until(sam3.probe, lambda: sam3.info_pub.get_subscription_count() > 0, 10.0)
+    spin_until(sam3.probe, lambda: sam3.depth_pub.get_subscription_count() > 0, WAIT_LIMIT_S)
+    spin_until(sam3.probe, lambda: sam3.info_pub.get_subscription_count() > 0, WAIT_LIMIT_S)
     key = time.time_ns()
     colour, depth, info = scene_messages(key, np.zeros((scene.SMALL_HEIGHT, scene.SMALL_WIDTH, 3), np.uint8))
     depth.header.frame_id = "camera_depth_optical_frame"
@@ -214,7 +214,7 @@ def test_every_topic_the_rviz_config_shows_is_one_the_node_publishes(sam3: Depth
         found = sam3.probe.get_publisher_names_and_types_by_node("sam3", "/")
         return {(topic, kind) for topic, kinds in found for kind in kinds}
 
-    spin_until(sam3.probe, lambda: shown <= published(), timeout_s=10.0)
+    spin_until(sam3.probe, lambda: shown <= published(), WAIT_LIMIT_S)
     assert shown - published() == set(), f"the node publishes {sorted(published())}"
     # The cloud display colours points by the field that holds the instance (every cloud's fields).
     cloud = next(d for d in displays if d["Class"] == "rviz_default_plugins/PointCloud2")

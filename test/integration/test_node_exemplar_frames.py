@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from helpers.sam3_client import log_tail, make_image, running_node, scene, stamp_ns
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import spin_until
+from ros_harness import WAIT_LIMIT_S, spin_until
 from test_node_exemplars import NODE_PARAMS, QUERIES, prompt_boxes, prompts_found
 from vision_msgs.msg import Detection2DArray
 
@@ -25,7 +25,7 @@ def test_frames_are_kept_for_boxes_only_while_prompt_boxes_has_a_publisher(tmp_p
         sam3.ask(unwatched, timeout_s=ANSWER_LIMIT_S)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         publisher = sam3.probe.create_publisher(Detection2DArray, "/sam3/prompt_boxes", reliable)
-        assert spin_until(sam3.probe, lambda: publisher.get_subscription_count() > 0, 20.0)
+        assert spin_until(sam3.probe, lambda: publisher.get_subscription_count() > 0, WAIT_LIMIT_S)
         box_only = [(10.0, 10.0, 40.0, 30.0, "", 1.0)]
         publisher.publish(prompt_boxes(unwatched.header, box_only))
         refused = lambda d: "refused" in d.get("last_error", "")  # noqa: E731
@@ -41,5 +41,5 @@ def test_frames_are_kept_for_boxes_only_while_prompt_boxes_has_a_publisher(tmp_p
         publisher.publish(prompt_boxes(watched.header, box_only))
         again, _ = sam3.answer(key, timeout_s=ANSWER_LIMIT_S)  # answered again: kept and found
         box_only_named = lambda: any(e.class_name == "" for e in sam3.label_infos[-1].class_map)  # noqa: E731
-        assert spin_until(sam3.probe, box_only_named, 10.0)
+        assert spin_until(sam3.probe, box_only_named, WAIT_LIMIT_S)
         assert prompts_found(sam3, again) == {"car": QUERIES, "": QUERIES}, log_tail(sam3.log_path)

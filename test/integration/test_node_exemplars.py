@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from helpers.sam3_client import log_tail, make_image, running_node, scene, stamp_ns
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import spin_until
+from ros_harness import WAIT_LIMIT_S, spin_until
 from vision_msgs.msg import BoundingBox2D, Detection2D, Detection2DArray, ObjectHypothesisWithPose
 
 QUERIES = 20  # the tiny model's queries per concept: each one an instance at threshold 0
@@ -26,7 +26,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     with running_node(NODE_PARAMS, log_path) as sam3:
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         sam3.boxes_pub = sam3.probe.create_publisher(Detection2DArray, "/sam3/prompt_boxes", reliable)
-        assert spin_until(sam3.probe, lambda: sam3.boxes_pub.get_subscription_count() > 0, 20.0)
+        assert spin_until(sam3.probe, lambda: sam3.boxes_pub.get_subscription_count() > 0, WAIT_LIMIT_S)
         wait_until_the_node_keeps_frames(sam3, sam3.boxes_pub)
         yield sam3
 
@@ -113,7 +113,7 @@ def test_boxes_for_a_frame_that_is_not_kept_are_refused_and_the_stream_goes_on(
     header = copy.deepcopy(shown.header)
     change(header)
     client.boxes_pub.publish(prompt_boxes(header, [(1.0, 1.0, 20.0, 20.0, "car", 1.0)]))
-    status = client.next_diagnostics(timeout_s=10.0, where=lambda d: reason in d.get("last_error", ""))
+    status = client.next_diagnostics(where=lambda d: reason in d.get("last_error", ""))
     assert reason in status["last_error"]
     detections, _ = client.ask(make_image(scene(5)))
     assert prompts_found(client, detections) == {"car": QUERIES}
@@ -123,5 +123,5 @@ def test_a_box_naming_no_prompt_is_refused_with_the_name_quoted(client) -> None:
     shown = make_image(scene(6))
     client.ask(shown)
     client.boxes_pub.publish(prompt_boxes(shown.header, [(1.0, 1.0, 20.0, 20.0, "bus\x1b[2J", 1.0)]))
-    status = client.next_diagnostics(timeout_s=10.0, where=lambda d: "bus" in d.get("last_error", ""))
+    status = client.next_diagnostics(where=lambda d: "bus" in d.get("last_error", ""))
     assert "class_id 'bus\\x1b[2J' is neither a prompt in force" in status["last_error"]

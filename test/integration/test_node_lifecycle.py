@@ -23,7 +23,7 @@ import pytest
 from helpers.faulty_node import FAULT_MESSAGE, FAULT_PIXEL
 from helpers.sam3_client import Sam3Client, log_tail, make_image, running_node, scene, stamp_now
 from lifecycle_msgs.msg import Transition
-from ros_harness import HELPERS, spin_until
+from ros_harness import HELPERS, WAIT_LIMIT_S, spin_until
 from sensor_msgs.msg import CompressedImage
 
 PROMPTS = ["cup"]
@@ -101,7 +101,7 @@ def test_an_engine_fault_is_reported_and_the_node_recovers(sam3: Sam3Client) -> 
     faulty = make_image(picture)
     faulty_key = stamp_now(faulty)
     sam3.send(faulty)
-    status = sam3.next_diagnostics(timeout_s=15.0, where=lambda s: s["_level"] == ERROR)
+    status = sam3.next_diagnostics(where=lambda s: s["_level"] == ERROR)
     assert FAULT_MESSAGE in status["last_error"] and FAULT_MESSAGE in status["_message"]
     assert int(status["engine_errors"]) == int(before["engine_errors"]) + 1
     assert faulty_key not in sam3.detections
@@ -118,7 +118,7 @@ def test_an_engine_fault_is_reported_and_the_node_recovers(sam3: Sam3Client) -> 
 def test_deactivate_stops_inference_and_keeps_the_engine(sam3: Sam3Client) -> None:
     assert sam3.transition(Transition.TRANSITION_DEACTIVATE)
     assert sam3.state() == "inactive"
-    assert spin_until(sam3.probe, lambda: sam3.image_pub.get_subscription_count() == 0, 10.0)
+    assert spin_until(sam3.probe, lambda: sam3.image_pub.get_subscription_count() == 0, WAIT_LIMIT_S)
     frame = make_image(scene(seed=4))
     key = stamp_now(frame)
     sam3.send(frame)

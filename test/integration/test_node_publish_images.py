@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers.sam3_client import scene
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import spin_until, stop_process
+from ros_harness import WAIT_LIMIT_S, spin_until, stop_process
 from sensor_msgs.msg import CompressedImage, Image
 
 from tt_sam3_ros.messages import compressed_to_rgb, image_to_rgb
@@ -41,7 +41,7 @@ def test_a_folder_is_published_as_rgb8_in_name_order_and_looped(ros_node, tmp_pa
     ros_node.create_subscription(Image, "camera/image", received.append, QOS)
     process = _publisher([str(tmp_path), "--topic", "camera/image", "--rate", "20", "--frame-id", "cam"])
     try:
-        assert spin_until(ros_node, lambda: len(received) >= 6, 30.0), "fewer than 6 frames arrived"
+        assert spin_until(ros_node, lambda: len(received) >= 6, WAIT_LIMIT_S), "fewer than 6 frames arrived"
     finally:
         output = stop_process(process)
     assert process.returncode == 0, output
@@ -68,7 +68,7 @@ def test_a_video_is_published_compressed_once(ros_node, tmp_path: Path) -> None:
     ros_node.create_subscription(CompressedImage, "cam/compressed", received.append, QOS)
     process = _publisher([str(video), "--topic", "cam", "--rate", "5", "--compressed", "--once"])
     try:
-        spin_until(ros_node, lambda: process.poll() is not None and len(received) >= 1, 30.0)
+        spin_until(ros_node, lambda: process.poll() is not None and len(received) >= 1, WAIT_LIMIT_S)
     finally:
         output = stop_process(process)
     assert process.returncode == 0, output

@@ -200,7 +200,7 @@ def test_services_and_diagnostics_answer_while_autostart_configures(tmp_path: Pa
         _wait_for_log(log_path, "configuring:")
         assert sam3.state() == "configuring"
         assert sam3.get_parameter("threshold") == 0.5
-        status = sam3.next_diagnostics(timeout_s=20.0)
+        status = sam3.next_diagnostics()
         assert status["state"] == "configuring", status
         assert "configured in" not in log_path.read_text(), "the test ran after the configure"
 
@@ -210,7 +210,7 @@ def test_services_and_diagnostics_answer_while_a_manual_configure_loads(tmp_path
     change_state service, and the load must not silence the other services meanwhile."""
     from lifecycle_msgs.msg import Transition
     from lifecycle_msgs.srv import ChangeState
-    from ros_harness import spin_until
+    from ros_harness import WAIT_LIMIT_S, spin_until
 
     log_path = tmp_path / "node.log"
     program, env = FAULTY_NODE, {"SAM3_BUILD_DELAY_S": "30"}
@@ -218,7 +218,7 @@ def test_services_and_diagnostics_answer_while_a_manual_configure_loads(tmp_path
     with running_node(params, log_path, program, False, env) as sam3:
         assert sam3.state() == "unconfigured"
         client = sam3._change_state
-        assert client.wait_for_service(timeout_sec=30.0)
+        assert client.wait_for_service(timeout_sec=WAIT_LIMIT_S)
         configure = client.call_async(
             ChangeState.Request(transition=Transition(id=Transition.TRANSITION_CONFIGURE))
         )
@@ -227,7 +227,7 @@ def test_services_and_diagnostics_answer_while_a_manual_configure_loads(tmp_path
         assert sam3.state() == "configuring"
         assert sam3.get_parameter("threshold") == 0.5
         assert sam3.set_parameter("threshold", 0.4).successful
-        status = sam3.next_diagnostics(timeout_s=10.0, where=lambda d: d.get("state") == "configuring")
+        status = sam3.next_diagnostics(where=lambda d: d.get("state") == "configuring")
         assert status["state"] == "configuring", status
         assert sam3.state() == "configuring"
         assert "configured in" not in log_path.read_text(), "the checks ran after the configure"

@@ -91,7 +91,7 @@ def _ask(sam3: Sam3Client, frame: Image) -> tuple[object, Image]:
     """
     key = stamp_now(frame)
     for _ in range(5):
-        before = int(sam3.next_diagnostics(timeout_s=10.0)["frames_received"])
+        before = int(sam3.next_diagnostics()["frames_received"])
         sam3.send(frame)
         if spin_until(sam3.probe, lambda count=before: _received(sam3, key, count), 5.0):
             break
@@ -159,7 +159,7 @@ def test_the_node_serves_frames_with_the_whole_model_on_the_emulated_chip(
     assert "chip prompt path compiled for prompt buckets 1 (max_prompts 1)" in log, log_tail(sam3.log_path)
     # the node's max_instances at configure is the chip's top-k (the tiny model has 20 queries)
     assert f"keeping the {MAX_INSTANCES} best queries per prompt" in log, log_tail(sam3.log_path)
-    status = sam3.next_diagnostics(timeout_s=10.0)
+    status = sam3.next_diagnostics()
     assert status["engine"] == "ttnn" and "(emulated)" in status["device"], status
     assert "prompt path on chip" in status["dtype"], status
     _check_like_torch(sam3, torch_segmenter, 1, PROMPTS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from helpers.publish_fixed import expected_messages
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_harness import HELPERS, spin_until, start_process, stop_process
+from ros_harness import HELPERS, WAIT_LIMIT_S, spin_until, start_process, stop_process
 from sensor_msgs.msg import Image
 from vision_msgs.msg import Detection2DArray
 
@@ -20,7 +20,7 @@ def test_detections_and_mask_cross_processes_intact(ros_node) -> None:
 
     publisher = start_process([str(HELPERS / "publish_fixed.py")])
     try:
-        got_both = spin_until(ros_node, lambda: len(received) == 2, timeout_s=20.0)
+        got_both = spin_until(ros_node, lambda: len(received) == 2, WAIT_LIMIT_S)
     finally:
         log = stop_process(publisher)
     assert got_both, f"nothing arrived from the publisher process; its output:\n{log}"

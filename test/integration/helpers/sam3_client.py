@@ -26,12 +26,12 @@ from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue, SetParametersResult
 from rcl_interfaces.srv import GetParameters, SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_harness import ros_test_node, spin_until
+from ros_harness import WAIT_LIMIT_S, ros_test_node, spin_until
 from sensor_msgs.msg import CompressedImage, Image
 from vision_msgs.msg import Detection2DArray, LabelInfo
 
-#: Seconds to wait for one frame's answer: tiny-random takes ~0.3 s per frame on 2 cores.
-ANSWER_TIMEOUT_S = 20.0
+#: Seconds to wait for one frame's answer (tiny-random takes ~0.3 s per frame on 2 cores).
+ANSWER_TIMEOUT_S = WAIT_LIMIT_S
 
 
 def start_node(
@@ -156,7 +156,10 @@ class Sam3Client:
                 self.diagnostics.append(values)
 
     def wait_for_subscriber(
-        self, compressed: bool = False, timeout_s: float = 20.0, process: subprocess.Popen | None = None
+        self,
+        compressed: bool = False,
+        timeout_s: float = WAIT_LIMIT_S,
+        process: subprocess.Popen | None = None,
     ) -> None:
         """Block until the node's image subscription has matched our publisher (or the node died)."""
         publisher = self.compressed_pub if compressed else self.image_pub
@@ -193,7 +196,7 @@ class Sam3Client:
         spin_until(self.probe, lambda: key in self.detections, wait_s)
         return key not in self.detections and key not in self.masks
 
-    def next_diagnostics(self, timeout_s: float = 5.0, where: Any = None) -> dict[str, str]:
+    def next_diagnostics(self, timeout_s: float = WAIT_LIMIT_S, where: Any = None) -> dict[str, str]:
         """The first /diagnostics status published from now on matching ``where``; without it,
         the node's ``<node>: segmentation`` status.
 
@@ -220,7 +223,7 @@ class Sam3Client:
 
     # -- services
 
-    def _call(self, client: Any, request: Any, timeout_s: float = 30.0) -> Any:
+    def _call(self, client: Any, request: Any, timeout_s: float = WAIT_LIMIT_S) -> Any:
         assert client.wait_for_service(timeout_sec=timeout_s), f"service {client.srv_name} not available"
         future = client.call_async(request)
         assert spin_until(self.probe, future.done, timeout_s), f"{client.srv_name} did not answer"
@@ -247,7 +250,7 @@ class Sam3Client:
     def transition(self, transition_id: int) -> bool:
         """Request a lifecycle transition (Transition.TRANSITION_*); True on success."""
         request = ChangeState.Request(transition=Transition(id=transition_id))
-        return self._call(self._change_state, request, timeout_s=60.0).success
+        return self._call(self._change_state, request).success
 
     def state(self) -> str:
         return self._call(self._get_state, GetState.Request()).current_state.label
@@ -283,7 +286,7 @@ def running_node(
     program: list[str] | None = None,
     wait_for_subscription: bool = True,
     env: dict[str, str] | None = None,
-    startup_timeout_s: float = 120.0,
+    startup_timeout_s: float = WAIT_LIMIT_S,
 ) -> Iterator[Sam3Client]:
     """A node process plus a probe node talking to it; both torn down on exit.
 
