@@ -195,6 +195,8 @@ REGIONS: dict[str, Callable[[], str]] = {
     "tracking-sam3-state": partial(table, "tracking", "tracking: sam3 mode at full size, the state"),
     "tracking-sam3-chip": partial(table, "tracking", "tracking: sam3 mode on the chip", CALIBRATED),
     "tracking-sam3-chip-frames": tracker_chip_frames,
+    "exemplar-cost": partial(table, "exemplar", "exemplar: cost of exemplar boxes, torch engine"),
+    "exemplar-chip": partial(table, "exemplar", "exemplar: chip prompt path, predicted", CALIBRATED),
     "fidelity-vit": partial(table, "fidelity", "ViT attention settings"),
     "blackhole-host": partial(table, "blackhole", "ttnn engine: host work per frame"),
     "blackhole-l1-harvested": partial(

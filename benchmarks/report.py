@@ -94,6 +94,24 @@ def ms(seconds: float) -> str:
     return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
 
+def alternating_times(
+    runs: Sequence[Callable[[], object]], repeats: int, warmup: int = 1
+) -> list[list[float]]:
+    """Wall seconds of each of ``runs``, called in turn ``repeats`` times after ``warmup`` untimed
+    rounds: load from other processes and drift over the run fall on all of them alike, so the
+    ratio of two runs' samples taken in one round compares them side by side."""
+    for _ in range(warmup):
+        for run in runs:
+            run()
+    samples: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeats):
+        for run, taken in zip(runs, samples, strict=True):
+            start = time.perf_counter()
+            run()
+            taken.append(time.perf_counter() - start)
+    return samples
+
+
 def median_time(run: Callable[[], object], repeats: int, warmup: int = 1) -> float:
     """Median wall time of ``run`` in seconds, after ``warmup`` untimed calls."""
     for _ in range(warmup):

@@ -100,6 +100,10 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     assert "image-only: Sam3Segmenter + InstanceTracker" in out and "sam3: Sam3VideoTracker" in out
     assert "== tracking: sam3 mode on the chip, a tracker trace priced (calibrated cost model)" in out
     assert "per object and frame" in out
+    # exemplar: boxes carried to a later frame timed alternately against the same frame without
+    assert "== exemplar: cost of exemplar boxes, torch engine" in out
+    assert "added (median ratio, alternating)" in out
+    assert "== exemplar: chip prompt path, predicted" in out and "scale-1 map read back" in out
     # blackhole: the mock p150a's per-stage peaks and the cost model (or why they did not run)
     assert "ttnn engine: host work per frame" in out and "Blackhole image path on a mock p150a" in out
     assert "not run:" in out or ("per-core peak L1 by stage" in out and "predicted image trace:" in out)

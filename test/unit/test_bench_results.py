@@ -47,3 +47,12 @@ def test_the_raw_output_is_kept_beside_the_tables(tmp_path, capsys) -> None:
     path = results.write(tmp_path, "blackhole", [], ["--only", "blackhole"], printed.getvalue())
     raw = path.with_suffix(".txt").read_text()
     assert raw.startswith("date: ") and raw.endswith("predicted image trace: 25.9 ms\n")
+
+
+def test_alternating_times_calls_the_runs_in_turn_after_the_warmup() -> None:
+    """Side by side: each round calls every run once, so drift over the run falls on all alike."""
+    calls: list[str] = []
+    samples = report.alternating_times([lambda: calls.append("a"), lambda: calls.append("b")], 3, warmup=1)
+    assert calls == ["a", "b"] * 4
+    assert [len(taken) for taken in samples] == [3, 3]
+    assert all(seconds >= 0 for taken in samples for seconds in taken)
