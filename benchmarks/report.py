@@ -95,20 +95,24 @@ def ms(seconds: float) -> str:
 
 
 def alternating_times(
-    runs: Sequence[Callable[[], object]], repeats: int, warmup: int = 1
+    runs: Sequence[Callable[[], object]],
+    repeats: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[list[float]]:
-    """Wall seconds of each of ``runs``, called in turn ``repeats`` times after ``warmup`` untimed
-    rounds: load from other processes and drift over the run fall on all of them alike, so the
-    ratio of two runs' samples taken in one round compares them side by side."""
+    """Seconds of ``clock`` (wall time unless told) each of ``runs`` takes, called in turn
+    ``repeats`` times after ``warmup`` untimed rounds: load from other processes and drift over
+    the run fall on all of them alike, so the ratio of two runs' samples taken in one round
+    compares them side by side."""
     for _ in range(warmup):
         for run in runs:
             run()
     samples: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
         for run, taken in zip(runs, samples, strict=True):
-            start = time.perf_counter()
+            start = clock()
             run()
-            taken.append(time.perf_counter() - start)
+            taken.append(clock() - start)
     return samples
 
 
