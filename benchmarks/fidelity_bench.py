@@ -63,13 +63,6 @@ def _sharpen(model: Any, seed: int) -> None:
                 module.bias.copy_(0.02 * torch.randn(module.bias.shape, generator=generator))
 
 
-def _pcc(a: Any, b: Any) -> float:
-    import torch
-
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
-
-
 def two_block_vit(quick: bool) -> tuple[Any, Any, list[Any]]:
     """A windowed + a global block of SAM 3's ViT, sharpened; its input and per-block hidden states."""
     import torch
@@ -102,6 +95,7 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
     """One row per candidate and block: PCCs and modelled milliseconds."""
     sys.path[:0] = [str(REPO / "test" / "support"), str(REPO / "tools")]
     import ttnn_emulator as ttnn
+    from compare import pcc
     from transformers import Sam3VisionConfig
     from ttnn_mock import oplog
 
@@ -158,8 +152,8 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
                     {
                         "candidate": label,
                         "block": "windowed" if windowed else "global",
-                        "pcc": _pcc(ours, want),
-                        "update_pcc": _pcc(ours - rows_in, want - rows_in),
+                        "pcc": pcc(ours, want),
+                        "update_pcc": pcc(ours - rows_in, want - rows_in),
                         "ms": sum(cost.seconds for cost in trace_cost.price_all(ops)) * 1e3,
                         "emulator_s": time.perf_counter() - started,
                     }
@@ -234,6 +228,7 @@ def measure_prompt(quick: bool) -> tuple[list[dict[str, Any]], Any]:
     sys.path[:0] = [str(REPO / "test" / "support"), str(REPO / "tools")]
     import torch
     import ttnn_emulator as ttnn
+    from compare import pcc
     from ttnn_mock import oplog
 
     from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
@@ -277,8 +272,8 @@ def measure_prompt(quick: bool) -> tuple[list[dict[str, Any]], Any]:
             rows.append(
                 {
                     "candidate": label,
-                    "pcc": _pcc(ours, want),
-                    "update_pcc": _pcc(ours - inputs["vision"], want - inputs["vision"]),
+                    "pcc": pcc(ours, want),
+                    "update_pcc": pcc(ours - inputs["vision"], want - inputs["vision"]),
                     "rms": float((ours - want).pow(2).mean().sqrt()),
                     "ms": sum(cost.seconds for cost in trace_cost.price_all(ops)) * 1e3,
                 }
