@@ -107,6 +107,18 @@ def mock_device(
         ttnn.close_device(device)
 
 
+def run_steps(ttnn: Any, steps: dict[str, Callable[[], Any]], entries: dict[str, Any]) -> None:
+    """Each step once, in order: its output's shape (the output then freed) or its error in
+    entries[name], so one refused call does not hide the others."""
+    for name, step in steps.items():
+        try:
+            out = step()
+            entries[name] = {"ok": True, "shape": list(out.shape)}
+            ttnn.deallocate(out)
+        except Exception as error:
+            entries[name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+
+
 def run_on_mock(prefix: str, harvest: int, report: dict[str, Any], check: Callable[[], bool]) -> None:
     """`check` inside a fresh mock p150a (toolchain.build in a scratch folder, made the cwd, where
     tt-metal writes generated/); report["ok"] is what it returns. An exception is kept in the

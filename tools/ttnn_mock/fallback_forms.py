@@ -131,13 +131,7 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int) -> None:
                 steps[f"group_norm_composite.{side}.b{b}"] = lambda side=side, b=b: composite(side, b)
             steps[f"padded_topk.b{b}"] = lambda b=b: padded_topk(b)
             steps[f"host_topk_rows.b{b}"] = lambda b=b: host_topk_rows(b)
-        for name, step in steps.items():
-            try:
-                out = step()
-                report["forms"][name] = {"ok": True, "shape": list(out.shape)}
-                ttnn.deallocate(out)
-            except Exception as error:
-                report["forms"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+        common.run_steps(ttnn, steps, report["forms"])
         try:
             taps(c_neck, manifest["neck_sides"][-1], 1, height=9 * c_neck + 32)
             report["refused"] = ""

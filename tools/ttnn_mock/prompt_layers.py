@@ -313,13 +313,7 @@ def run(
             **stages,
             "kept_mask_logits": kept_mask_logits,
         }
-        for name, step in steps.items():
-            try:
-                out = step()
-                report["modules"][name] = {"ok": True, "shape": list(out.shape)}
-                ttnn.deallocate(out)
-            except Exception as error:
-                report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+        common.run_steps(ttnn, steps, report["modules"])
         if modules_only:
             return
         report["peaks"] = {name: _per_core_peaks(ttnn, steps[name]) for name in PEAK_STAGES}
