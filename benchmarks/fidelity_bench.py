@@ -6,9 +6,10 @@ SAM 3's full-size ViT cut to two blocks (a windowed one, then a global one: 1024
 attention is flat and a lossy setting hides), run on the TT-NN emulator (test/support/ttnn_emulator:
 bfloat8_b weights, bfloat16 activations, the operand bits each math fidelity keeps, the SFPU's
 approximate exp and gelu) block by block, each block fed transformers' own float32 input, once per
-candidate setting and once at the engine's own (its DeviceSettings as they are). Printed per candidate and block: PCC against transformers in float32 of the
-block's output and of its update (output - input, which the residual stream cannot hide), and the
-block's modelled time (benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
+candidate setting and once at the engine's own (its DeviceSettings as they are). Printed per
+candidate and block: PCC against transformers in float32 of the block's output and of its update
+(output - input, which the residual stream cannot hide), and the block's modelled time
+(benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
 
 The prompt path's table: SAM 3's full-size fusion-encoder layer (width 256, 8 heads of 32, MLP
 2048, 72x72 image tokens attending to themselves and to 33 prompt tokens in 64 rows), random
