@@ -6,9 +6,10 @@ SAM 3's full-size ViT cut to two blocks (a windowed one, then a global one: 1024
 attention is flat and a lossy setting hides), run on the TT-NN emulator (test/support/ttnn_emulator:
 bfloat8_b weights, bfloat16 activations, the operand bits each math fidelity keeps, the SFPU's
 approximate exp and gelu) block by block, each block fed transformers' own float32 input, once per
-candidate setting. Printed per candidate and block: PCC against transformers in float32 of the
-block's output and of its update (output - input, which the residual stream cannot hide), and the
-block's modelled time (benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
+candidate setting and once at the engine's own (its DeviceSettings as they are). Printed per
+candidate and block: PCC against transformers in float32 of the block's output and of its update
+(output - input, which the residual stream cannot hide), and the block's modelled time
+(benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
 
 The prompt path's table: SAM 3's full-size fusion-encoder layer (width 256, 8 heads of 32, MLP
 2048, 72x72 image tokens attending to themselves and to 33 prompt tokens in 64 rows), random
@@ -35,16 +36,28 @@ from . import report, trace_cost
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: (label, attention fidelity, approximate exp, fidelity of the other matmuls); the first row is
-#: the setting before this measurement.
+#: (label, attention fidelity, approximate exp, fidelity of the qkv and output projections, fidelity
+#: of the MLP's fc1 and fc2); the first row is the setting before this measurement. The engine's own
+#: setting is measured as a row of its own, read from device_settings (engine_candidate).
 CANDIDATES = (
-    ("attention HiFi4, exact exp (before)", "HiFi4", False, "HiFi2"),
-    ("attention HiFi4, approximate exp", "HiFi4", True, "HiFi2"),
-    ("attention HiFi2, exact exp", "HiFi2", False, "HiFi2"),
-    ("attention HiFi2, approximate exp", "HiFi2", True, "HiFi2"),
-    ("attention LoFi, approximate exp", "LoFi", True, "HiFi2"),
-    ("attention HiFi2, approximate exp; linears LoFi", "HiFi2", True, "LoFi"),
+    ("attention HiFi4, exact exp (before)", "HiFi4", False, "HiFi2", "HiFi2"),
+    ("attention HiFi4, approximate exp", "HiFi4", True, "HiFi2", "HiFi2"),
+    ("attention HiFi2, exact exp", "HiFi2", False, "HiFi2", "HiFi2"),
+    ("attention HiFi2, approximate exp", "HiFi2", True, "HiFi2", "HiFi2"),
+    ("attention LoFi, approximate exp", "LoFi", True, "HiFi2", "HiFi2"),
+    ("attention HiFi2, approximate exp; linears LoFi", "HiFi2", True, "LoFi", "LoFi"),
 )
+
+
+def engine_candidate(base: Any) -> tuple[str, str, bool, str, str]:
+    """The engine's ViT setting in CANDIDATES' form, read from its DeviceSettings (the row labelled
+    as the engine's is measured with those settings themselves, so it follows the engine)."""
+    attention, projections, mlp = (
+        _fidelity(kernel) for kernel in (base.vit_attention_kernel, base.matmul_kernel, base.vit_mlp_kernel)
+    )
+    exp = "approximate" if base.vit_exp_approx else "exact"
+    label = f"the engine's: attention {attention}, {exp} exp; projections {projections}; MLP {mlp}"
+    return label, attention, base.vit_exp_approx, projections, mlp
 
 
 def _sharpen(model: Any, seed: int) -> None:
@@ -61,13 +74,6 @@ def _sharpen(model: Any, seed: int) -> None:
                 std = 0.03 if module.in_features > 1024 else 0.06
                 module.weight.copy_(std * torch.randn(module.weight.shape, generator=generator))
                 module.bias.copy_(0.02 * torch.randn(module.bias.shape, generator=generator))
-
-
-def _pcc(a: Any, b: Any) -> float:
-    import torch
-
-    a, b = a.flatten().double(), b.flatten().double()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
 def two_block_vit(quick: bool) -> tuple[Any, Any, list[Any]]:
@@ -102,6 +108,7 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
     """One row per candidate and block: PCCs and modelled milliseconds."""
     sys.path[:0] = [str(REPO / "test" / "support"), str(REPO / "tools")]
     import ttnn_emulator as ttnn
+    from compare import pcc
     from transformers import Sam3VisionConfig
     from ttnn_mock import oplog
 
@@ -125,14 +132,21 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
     recorder = oplog.Recorder(ttnn)
     rows = []
     try:
-        for label, attention, approx, linears in CANDIDATES:
-            settings = dataclasses.replace(
-                base,
-                vit_attention_kernel=compute_kernel(ttnn, attention, packer_l1_acc=False),
-                vit_exp_approx=approx,
-                matmul_kernel=compute_kernel(ttnn, linears),
-                vit_mlp_kernel=compute_kernel(ttnn, linears),
+        candidates = [
+            (
+                label,
+                dataclasses.replace(
+                    base,
+                    vit_attention_kernel=compute_kernel(ttnn, attention, packer_l1_acc=False),
+                    vit_exp_approx=approx,
+                    matmul_kernel=compute_kernel(ttnn, projections),
+                    vit_mlp_kernel=compute_kernel(ttnn, mlp),
+                ),
             )
+            for label, attention, approx, projections, mlp in CANDIDATES
+        ]
+        # The engine's row runs the engine's settings themselves, not a copy of their names.
+        for label, settings in [*candidates, (engine_candidate(base)[0], base)]:
             for index in range(config.layers):
                 windowed = not config.is_global(index)
                 rows_in = hidden[index].reshape(config.tokens, config.hidden)
@@ -158,8 +172,8 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
                     {
                         "candidate": label,
                         "block": "windowed" if windowed else "global",
-                        "pcc": _pcc(ours, want),
-                        "update_pcc": _pcc(ours - rows_in, want - rows_in),
+                        "pcc": pcc(ours, want),
+                        "update_pcc": pcc(ours - rows_in, want - rows_in),
                         "ms": sum(cost.seconds for cost in trace_cost.price_all(ops)) * 1e3,
                         "emulator_s": time.perf_counter() - started,
                     }
@@ -234,6 +248,7 @@ def measure_prompt(quick: bool) -> tuple[list[dict[str, Any]], Any]:
     sys.path[:0] = [str(REPO / "test" / "support"), str(REPO / "tools")]
     import torch
     import ttnn_emulator as ttnn
+    from compare import pcc
     from ttnn_mock import oplog
 
     from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
@@ -277,8 +292,8 @@ def measure_prompt(quick: bool) -> tuple[list[dict[str, Any]], Any]:
             rows.append(
                 {
                     "candidate": label,
-                    "pcc": _pcc(ours, want),
-                    "update_pcc": _pcc(ours - inputs["vision"], want - inputs["vision"]),
+                    "pcc": pcc(ours, want),
+                    "update_pcc": pcc(ours - inputs["vision"], want - inputs["vision"]),
                     "rms": float((ours - want).pow(2).mean().sqrt()),
                     "ms": sum(cost.seconds for cost in trace_cost.price_all(ops)) * 1e3,
                 }
@@ -341,15 +356,10 @@ def main(quick: bool) -> None:
         "weights, each block fed transformers' float32 input; PCC vs transformers float32; modelled "
         f"ms of each block at 120 cores with the engine's chunks q {q_chunk} / k {k_chunk}"
     )
-    engine = (
-        _fidelity(base.vit_attention_kernel),
-        base.vit_exp_approx,
-        _fidelity(base.matmul_kernel),
-    )
     table = []
-    for label, *choice in CANDIDATES:
+    for label, *_ in (*CANDIDATES, engine_candidate(base)):
         found = {row["block"]: row for row in rows if row["candidate"] == label}
-        line: list[object] = [label + (" <- engine" if tuple(choice) == engine else "")]
+        line: list[object] = [label]
         for block in ("windowed", "global"):
             row = found[block]
             line += [f"{row['pcc']:.5f}", f"{row['update_pcc']:.5f}", f"{row['ms']:.3f}"]

@@ -32,3 +32,17 @@ def randomise_prompt_path(model: torch.nn.Module, first_seed: int = 10) -> None:
     """Re-draw every prompt-path module of `model` in place, each from its own seed."""
     for seed, name in enumerate(PROMPT_MODULES, first_seed):
         randomise(getattr(model, name), seed)
+
+
+def randomise_prompt_embeddings(model: torch.nn.Module, seed: int = 20) -> None:
+    """Re-draw the learned embeddings of `model`'s prompt path at unit std, in place: the geometry
+    encoder's label and class embeddings, the decoder's queries, reference points and presence
+    token. randomise() leaves nn.Embedding at transformers' 0.02, where every query starts alike
+    (a full-size model's 200 logits then lie within about 1e-3 of each other) and a box's label
+    barely counts beside its position, so a comparison could not tell the labels apart."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name in PROMPT_MODULES:
+            for m in getattr(model, name).modules():
+                if isinstance(m, torch.nn.Embedding):
+                    m.weight.copy_(torch.randn(m.weight.shape, generator=generator))

@@ -1,6 +1,10 @@
-"""Shared unit-test fixtures: the tiny random SAM 3 (real architecture, seeded, offline)."""
+"""Shared unit-test fixtures: the tiny random SAM 3 (real architecture, seeded, offline), and an
+rclpy context for the tests that run a real node in this process."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,3 +53,14 @@ def rgb_image() -> np.ndarray:
 def module_rgb_image() -> np.ndarray:
     """structured_picture() for module-scoped fixtures (which must not change it)."""
     return structured_picture()
+
+
+@pytest.fixture
+def context() -> Iterator[Any]:
+    """A fresh rclpy context, initialised, shut down after the test."""
+    import rclpy
+
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    yield context
+    rclpy.try_shutdown(context=context)

@@ -20,6 +20,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
+from scripted_segmenter import ScriptedSegmenter
 from sensor_msgs.msg import Image
 
 from tt_sam3_ros.engines.base import EngineError
@@ -31,34 +32,6 @@ CAMERAS = ["front", "left", "right", "rear"]
 LIMIT_S = 30.0
 
 
-class ScriptedSegmenter:
-    """Stands in for one chip's Sam3Segmenter: answers with no instance, or fails every frame
-    while ``fail_with`` is set; counts its frames and closes."""
-
-    max_image_side = 4096
-
-    def __init__(self, chip: str, fail_with: Exception | None = None) -> None:
-        self.chip = chip
-        self.fail_with = fail_with
-        self.calls = 0
-        self.closed = 0
-
-    def describe(self) -> dict[str, str]:
-        return {"engine": "scripted", "device": f"scripted chip {self.chip}", "dtype": "none"}
-
-    def warmup(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed += 1
-
-    def __call__(self, rgb: np.ndarray, prompts: list[str], **_: Any) -> SegmentationResult:
-        self.calls += 1
-        if self.fail_with is not None:
-            raise self.fail_with
-        return SegmentationResult(image_size=rgb.shape[:2], prompts=list(prompts), instances=[], presence={})
-
-
 class Published:
     """Stands in for the /diagnostics publisher: keeps the last array."""
 
@@ -67,14 +40,6 @@ class Published:
 
     def publish(self, array: DiagnosticArray) -> None:
         self.last = array
-
-
-@pytest.fixture
-def context() -> Iterator[rclpy.context.Context]:
-    context = rclpy.context.Context()
-    rclpy.init(context=context)
-    yield context
-    rclpy.try_shutdown(context=context)
 
 
 @pytest.fixture

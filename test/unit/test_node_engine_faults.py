@@ -9,7 +9,6 @@ the /diagnostics values and the log.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -17,48 +16,13 @@ import pytest
 import rclpy
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
+from scripted_segmenter import ScriptedSegmenter
 from sensor_msgs.msg import Image
 
 from tt_sam3_ros.chips import Chip
 from tt_sam3_ros.diagnostics import segmentation_status
 from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
-from tt_sam3_ros.results import SegmentationResult
 from tt_sam3_ros.worker import Frame
-
-
-class ScriptedSegmenter:
-    """Stands in for Sam3Segmenter: records close(), fails where told to."""
-
-    def __init__(self, fail_warmup: bool = False, fail_with: Exception | None = None) -> None:
-        self.fail_warmup = fail_warmup
-        self.fail_with = fail_with
-        self.closed = 0
-        self.calls = 0
-        self.max_image_side = 4096
-
-    def describe(self) -> dict[str, str]:
-        return {"engine": "scripted", "device": "none", "dtype": "none"}
-
-    def warmup(self) -> None:
-        if self.fail_warmup:
-            raise RuntimeError("trace capture failed")
-
-    def close(self) -> None:
-        self.closed += 1
-
-    def __call__(self, rgb: np.ndarray, prompts: list[str], **_: Any) -> SegmentationResult:
-        self.calls += 1
-        if self.fail_with is not None:
-            raise self.fail_with
-        return SegmentationResult(image_size=rgb.shape[:2], prompts=list(prompts), instances=[], presence={})
-
-
-@pytest.fixture
-def context() -> Iterator[rclpy.context.Context]:
-    context = rclpy.context.Context()
-    rclpy.init(context=context)
-    yield context
-    rclpy.try_shutdown(context=context)
 
 
 def _node(context: rclpy.context.Context, segmenters: list[ScriptedSegmenter]) -> Sam3Node:

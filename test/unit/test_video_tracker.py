@@ -78,29 +78,36 @@ def clip():
     return moving_objects_clip(CLIP_FRAMES, height=120, width=160)
 
 
+def prompted_session(processor):
+    """transformers' video session, empty, with PROMPTS added (as its documentation starts one)."""
+    session = processor.init_video_session(inference_device="cpu", dtype=torch.float32)
+    processor.add_text_prompt(session, PROMPTS)
+    return session
+
+
+def objects_with_pixels(processed) -> dict[int, tuple[float, np.ndarray]]:
+    """One frame's post-processed outputs as object id -> (score, full-size mask), for every
+    object with pixels."""
+    return {
+        obj_id: (score, mask.numpy())
+        for obj_id, score, mask in zip(
+            processed["object_ids"].tolist(), processed["scores"].tolist(), processed["masks"], strict=True
+        )
+        if mask.any()
+    }
+
+
 def reference_stream(model, processor, frames) -> list[dict[int, tuple[float, np.ndarray]]]:
     """transformers' own streaming inference, as its documentation writes it: per frame,
     object id -> (score, full-size mask) for every object with pixels."""
-    session = processor.init_video_session(inference_device="cpu", dtype=torch.float32)
-    processor.add_text_prompt(session, PROMPTS)
+    session = prompted_session(processor)
     per_frame = []
     for frame in frames:
         inputs = processor(images=frame, return_tensors="pt")
         with torch.inference_mode():
             outputs = model(inference_session=session, frame=inputs.pixel_values[0])
         processed = processor.postprocess_outputs(session, outputs, original_sizes=inputs.original_sizes)
-        per_frame.append(
-            {
-                obj_id: (score, mask.numpy())
-                for obj_id, score, mask in zip(
-                    processed["object_ids"].tolist(),
-                    processed["scores"].tolist(),
-                    processed["masks"],
-                    strict=True,
-                )
-                if mask.any()
-            }
-        )
+        per_frame.append(objects_with_pixels(processed))
     return per_frame
 
 
@@ -187,29 +194,17 @@ OFFLINE_FRAMES = 16
 def offline_propagation(model, processor, frames) -> list[dict[int, tuple[float, np.ndarray]]]:
     """transformers' offline inference: the whole clip in the session, then propagate_in_video_iterator
     (the frames prepared as the streaming calls prepare them, so only the inference differs)."""
-    session = processor.init_video_session(inference_device="cpu", dtype=torch.float32)
+    session = prompted_session(processor)  # the prompts do not depend on the frames
     session.processed_frames = {
         index: processor(images=frame, return_tensors="pt").pixel_values[0]
         for index, frame in enumerate(frames)
     }
-    processor.add_text_prompt(session, PROMPTS)
     height, width = frames[0].shape[:2]
     per_frame = []
     with torch.inference_mode():
         for outputs in model.propagate_in_video_iterator(session):
             processed = processor.postprocess_outputs(session, outputs, original_sizes=[[height, width]])
-            per_frame.append(
-                {
-                    obj_id: (score, mask.numpy())
-                    for obj_id, score, mask in zip(
-                        processed["object_ids"].tolist(),
-                        processed["scores"].tolist(),
-                        processed["masks"],
-                        strict=True,
-                    )
-                    if mask.any()
-                }
-            )
+            per_frame.append(objects_with_pixels(processed))
     return per_frame
 
 
@@ -252,8 +247,7 @@ def test_state_stays_flat_over_a_stream(churn_model, processor):
 def test_negative_control_transformers_session_grows(churn_model, processor):
     """The same measure on transformers' own streaming session fails the 5 % bound."""
     frames = moving_objects_clip(30, height=60, width=80)
-    session = processor.init_video_session(inference_device="cpu", dtype=torch.float32)
-    processor.add_text_prompt(session, PROMPTS)
+    session = prompted_session(processor)
     counts = {}
     for index, frame in enumerate(frames, start=1):
         with torch.inference_mode():

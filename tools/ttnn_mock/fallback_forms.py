@@ -21,20 +21,15 @@ Exit 0 when every form was accepted and the wrong call refused; 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
-from ttnn_mock import toolchain  # noqa: E402 - after the path set-up above
-from ttnn_mock.prompt_layers import _import_modules  # noqa: E402
+from ttnn_mock import common  # noqa: E402 - after the path set-up above
 
 #: Sizes of the check: SAM 3 itself and the tiny test model.
 SIZES = ("full", "tiny")
@@ -81,18 +76,10 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int) -> None:
     import numpy as np
     import ttnn
 
-    m = _import_modules()
+    m = common.import_modules()
     from tt_sam3_ros.engines.ttnn_model import layers
 
-    device = ttnn.open_device(device_id=0, l1_small_size=32768, trace_region_size=64 << 20)
-    grid = device.compute_with_storage_grid_size()
-    report["grid"] = [grid.x, grid.y]
-    try:
-        settings = m.config.device_settings(ttnn, device)
-
-        def zeros(shape: tuple[int, ...], dtype: Any = ttnn.bfloat16) -> Any:
-            host = ttnn.Tensor(np.zeros(shape, np.float32), dtype, None, ttnn.TILE_LAYOUT)
-            return host.to(device, ttnn.DRAM_MEMORY_CONFIG)
+    with common.mock_device(ttnn, m, report) as (device, settings, zeros):
 
         def integers(shape: tuple[int, ...]) -> Any:
             host = ttnn.Tensor(np.zeros(shape, np.int32), ttnn.uint16, None, ttnn.TILE_LAYOUT)
@@ -144,55 +131,25 @@ def run(manifest: dict[str, Any], report: dict[str, Any], batch: int) -> None:
                 steps[f"group_norm_composite.{side}.b{b}"] = lambda side=side, b=b: composite(side, b)
             steps[f"padded_topk.b{b}"] = lambda b=b: padded_topk(b)
             steps[f"host_topk_rows.b{b}"] = lambda b=b: host_topk_rows(b)
-        for name, step in steps.items():
-            try:
-                out = step()
-                report["forms"][name] = {"ok": True, "shape": list(out.shape)}
-                ttnn.deallocate(out)
-            except Exception as error:
-                report["forms"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+        common.run_steps(ttnn, steps, report["forms"])
         try:
             taps(c_neck, manifest["neck_sides"][-1], 1, height=9 * c_neck + 32)
             report["refused"] = ""
         except Exception as error:
             report["refused"] = f"{type(error).__name__}: {error}"[:500]
-    finally:
-        ttnn.close_device(device)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("manifest", type=Path)
-    parser.add_argument("--harvest", type=int, default=toolchain.HARVEST_MASKS["harvested"])
-    parser.add_argument("--batch", type=int, default=4, help="prompts in the batched forms")
-    parser.add_argument("--json", type=Path, required=True)
-    args = parser.parse_args(argv)
-    out, manifest = args.json.resolve(), json.loads(args.manifest.resolve().read_text())
-    report: dict[str, Any] = {
-        "size": manifest["size"],
-        "harvest_mask": args.harvest,
-        "forms": {},
-        "ok": False,
-    }
-    try:
-        with tempfile.TemporaryDirectory(prefix="ttnn-mock-fallbacks-") as scratch:
-            os.environ.update(toolchain.build(Path(scratch), args.harvest))
-            os.chdir(scratch)  # tt-metal writes generated/ into the cwd
-            try:
-                run(manifest, report, args.batch)
-                forms = report["forms"].values()
-                report["ok"] = (
-                    bool(report["forms"]) and all(f["ok"] for f in forms) and bool(report["refused"])
-                )
-            except Exception as error:
-                report["error"] = f"{type(error).__name__}: {error}"[:3000]
-                report["traceback"] = traceback.format_exc()[-3000:]
-    except toolchain.MockUnavailableError as error:
-        report["unavailable"] = str(error)
-    out.write_text(json.dumps(report))
-    status = "ok" if report["ok"] else "FAILED"
-    print(f"mock p150a (harvest mask {args.harvest}), fallback forms {manifest['size']}: {status}")
-    return 0 if report["ok"] or "unavailable" in report else 1
+    parser = common.parser(__doc__, batch_default=4, batch_help="prompts in the batched forms")
+    args, manifest, report = common.start(parser, argv, "forms")
+
+    def check() -> bool:
+        run(manifest, report, args.batch)
+        forms = report["forms"].values()
+        return bool(report["forms"]) and all(f["ok"] for f in forms) and bool(report["refused"])
+
+    common.run_on_mock("ttnn-mock-fallbacks-", args.harvest, report, check)
+    return common.finish(args, report, f"fallback forms {manifest['size']}")
 
 
 if __name__ == "__main__":

@@ -31,13 +31,9 @@ Exit 0 when every module was accepted; 1 otherwise (the error of each failing on
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
-import os
 import sys
-import tempfile
-import traceback
 import types
 from pathlib import Path
 from typing import Any
@@ -45,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
-from ttnn_mock import oplog, toolchain  # noqa: E402 - after the path set-up above
+from ttnn_mock import common, oplog  # noqa: E402 - after the path set-up above
 
 #: Kept instances in the selection check: the node's default max_instances (config/sam3.yaml).
 MAX_INSTANCES = 50
@@ -138,42 +134,6 @@ def write_manifest(size: str, path: Path) -> Path:
     return path
 
 
-def _import_modules() -> types.SimpleNamespace:
-    """The device modules, imported with a stand-in torch (their host helpers are not called here)."""
-    stand_in = types.ModuleType("torch")
-    sys.modules.setdefault("torch", stand_in)
-    try:
-        from tt_sam3_ros.engines.ttnn_model import (
-            attention,
-            config,
-            decoder,
-            fusion_encoder,
-            geometry_encoder,
-            prompt_buffers,
-            prompt_config,
-            prompt_path,
-            scoring,
-            segmentation_head,
-            selection,
-        )
-    finally:
-        if sys.modules.get("torch") is stand_in:
-            del sys.modules["torch"]
-    return types.SimpleNamespace(
-        attention=attention,
-        config=config,
-        decoder=decoder,
-        fusion_encoder=fusion_encoder,
-        geometry_encoder=geometry_encoder,
-        prompt_buffers=prompt_buffers,
-        prompt_config=prompt_config,
-        prompt_path=prompt_path,
-        scoring=scoring,
-        segmentation_head=segmentation_head,
-        selection=selection,
-    )
-
-
 def run(
     manifest: dict[str, Any],
     report: dict[str, Any],
@@ -189,16 +149,9 @@ def run(
     import numpy as np
     import ttnn
 
-    m = _import_modules()
-    device = ttnn.open_device(device_id=0, l1_small_size=32768, trace_region_size=64 << 20)
-    grid = device.compute_with_storage_grid_size()
-    report["grid"] = [grid.x, grid.y]
-    try:
-        settings = m.config.device_settings(ttnn, device)
-
-        def zeros(shape: tuple[int, ...], dtype: Any = ttnn.bfloat16) -> Any:
-            host = ttnn.Tensor(np.zeros(shape, np.float32), dtype, None, ttnn.TILE_LAYOUT)
-            return host.to(device, ttnn.DRAM_MEMORY_CONFIG)
+    m = common.import_modules()
+    with common.mock_device(ttnn, m, report) as (device, settings, zeros):
+        grid = device.compute_with_storage_grid_size()
 
         def weight(shape: list[int], kind: str) -> Any:
             """A zero weight placed as weights.upload places its kind."""
@@ -360,13 +313,7 @@ def run(
             **stages,
             "kept_mask_logits": kept_mask_logits,
         }
-        for name, step in steps.items():
-            try:
-                out = step()
-                report["modules"][name] = {"ok": True, "shape": list(out.shape)}
-                ttnn.deallocate(out)
-            except Exception as error:
-                report["modules"][name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:3000]}
+        common.run_steps(ttnn, steps, report["modules"])
         if modules_only:
             return
         report["peaks"] = {name: _per_core_peaks(ttnn, steps[name]) for name in PEAK_STAGES}
@@ -377,8 +324,6 @@ def run(
         )
         path, image_state = _chip_prompt_path(ttnn, device, m, manifest, settings, zeros, weights, parts)
         _run_composed(ttnn, m, path, image_state, zeros, report)
-    finally:
-        ttnn.close_device(device)
 
 
 def _chip_prompt_path(
@@ -569,42 +514,22 @@ def _per_core_peaks(ttnn: Any, stage: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("manifest", type=Path)
-    parser.add_argument("--harvest", type=int, default=toolchain.HARVEST_MASKS["harvested"])
-    parser.add_argument("--batch", type=int, default=1, help="prompts in one batch")
-    parser.add_argument("--json", type=Path, required=True)
+    parser = common.parser(__doc__, batch_default=1, batch_help="prompts in one batch")
     parser.add_argument(
         "--no-composed", action="store_true", help="the modules and their peaks only, not ChipPromptPath"
     )
-    args = parser.parse_args(argv)
-    out, manifest = args.json.resolve(), json.loads(args.manifest.resolve().read_text())
-    report: dict[str, Any] = {
-        "size": manifest["size"],
-        "harvest_mask": args.harvest,
-        "modules": {},
-        "ok": False,
-    }
-    try:
-        with tempfile.TemporaryDirectory(prefix="ttnn-mock-prompt-") as scratch:
-            os.environ.update(toolchain.build(Path(scratch), args.harvest))
-            os.chdir(scratch)  # tt-metal writes generated/ into the cwd
-            try:
-                run(manifest, report, args.batch, composed=not args.no_composed)
-                report["ok"] = (
-                    bool(report["modules"])
-                    and all(v["ok"] for v in report["modules"].values())
-                    and (args.no_composed or (report["composed"]["ok"] and bool(report["refused"])))
-                )
-            except Exception as error:
-                report["error"] = f"{type(error).__name__}: {error}"[:3000]
-                report["traceback"] = traceback.format_exc()[-3000:]
-    except toolchain.MockUnavailableError as error:
-        report["unavailable"] = str(error)
-    out.write_text(json.dumps(report))
-    status = "ok" if report["ok"] else "FAILED"
-    print(f"mock p150a (harvest mask {args.harvest}), prompt path {manifest['size']}: {status}")
-    return 0 if report["ok"] or "unavailable" in report else 1
+    args, manifest, report = common.start(parser, argv, "modules")
+
+    def check() -> bool:
+        run(manifest, report, args.batch, composed=not args.no_composed)
+        return (
+            bool(report["modules"])
+            and all(v["ok"] for v in report["modules"].values())
+            and (args.no_composed or (report["composed"]["ok"] and bool(report["refused"])))
+        )
+
+    common.run_on_mock("ttnn-mock-prompt-", args.harvest, report, check)
+    return common.finish(args, report, f"prompt path {manifest['size']}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 SUPPORT = Path(__file__).resolve().parents[2] / "support"
+TOOLS = Path(__file__).resolve().parents[3] / "tools"
 if str(SUPPORT) not in sys.path:
     sys.path.insert(0, str(SUPPORT))
 
@@ -30,3 +33,20 @@ def emulator():
     ttnn_emulator.reset()
     yield ttnn_emulator
     ttnn_emulator.reset()
+
+
+@pytest.fixture(scope="session")
+def mock_manifest(tmp_path_factory) -> Callable[[str], Path]:
+    """The image path's weights manifest of a size (tools/ttnn_mock/manifest.py: "full" or "tiny")
+    for the mock runners, written once a session whichever mock test asks for it first."""
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    from ttnn_mock import manifest
+
+    folder = tmp_path_factory.mktemp("mock-manifests")
+
+    @functools.cache
+    def write(size: str) -> Path:
+        return manifest.write(size, folder / f"{size}.json")
+
+    return write

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from frames import random_frame
 
 
 def frame() -> np.ndarray:
-    return np.random.default_rng(7).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    return random_frame(7, (1008, 1008))
 
 
 def maps(engine) -> list[np.ndarray]:

@@ -7,44 +7,21 @@ it the library's first program build for the tiny image path: the real library i
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-from ttnn_env import cannot_run, ttnn_python
+from ttnn_env import MOCK_TOOLS, run_mock_tool
 
-REPO = Path(__file__).resolve().parents[3]
-RUNNER = REPO / "tools" / "ttnn_mock" / "chips.py"
-sys.path.insert(0, str(REPO / "tools"))
-from ttnn_mock import manifest  # noqa: E402 - tools/ is not a package root
-
-RUN_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="module")
-def tiny_manifest(tmp_path_factory) -> Path:
-    return manifest.write("tiny", tmp_path_factory.mktemp("mock-chips") / "tiny.json")
+RUNNER = MOCK_TOOLS / "chips.py"
 
 
 def run_chips(manifest_path: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    done = subprocess.run(
-        [str(ttnn_python("mock p150 boards")), str(RUNNER), str(manifest_path), "--json", str(out), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
-    report = json.loads(out.read_text()) if out.exists() else {}
-    if "unavailable" in report:
-        cannot_run(f"mock p150 boards not run: {report['unavailable']}")
-    return done, report
+    return run_mock_tool("mock p150 boards", RUNNER, out, str(manifest_path), *args)
 
 
-def test_two_boards_are_two_devices_opened_together_each_closing_alone(tiny_manifest, tmp_path):
-    done, report = run_chips(tiny_manifest, tmp_path / "report.json", "--boards", "2")
+def test_two_boards_are_two_devices_opened_together_each_closing_alone(mock_manifest, tmp_path):
+    done, report = run_chips(mock_manifest("tiny"), tmp_path / "report.json", "--boards", "2")
     assert done.returncode == 0 and report["ok"], f"{report.get('error')}\n{done.stderr[-2000:]}"
     phases = {p["phase"]: p for p in report["phases"]}
     assert phases["count"]["devices"] == 2
@@ -59,10 +36,10 @@ def test_two_boards_are_two_devices_opened_together_each_closing_alone(tiny_mani
     assert phases["close chip 1"]["ok"] and phases["chip 0 after"]["outputs"] == phases["chip 0"]["outputs"]
 
 
-def test_chips_opened_alone_crash_the_survivor_when_the_later_one_closes(tiny_manifest, tmp_path):
+def test_chips_opened_alone_crash_the_survivor_when_the_later_one_closes(mock_manifest, tmp_path):
     """The negative control: one open per chip (a single-chip engine's way) ties chip 0 to chip 1,
     so chip 0's first op after chip 1 closed crashes the process inside tt-metal."""
-    done, report = run_chips(tiny_manifest, tmp_path / "report.json", "--boards", "2", "--alone")
+    done, report = run_chips(mock_manifest("tiny"), tmp_path / "report.json", "--boards", "2", "--alone")
     phases = {p["phase"]: p for p in report["phases"]}
     assert phases["chip 1"]["ok"] and phases["close chip 1"]["ok"]
     assert report["phase"] == "chip 0 after" and not phases["chip 0 after"]["ok"]

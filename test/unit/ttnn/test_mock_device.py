@@ -23,42 +23,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from ttnn_env import cannot_run, ttnn_python
+from ttnn_env import MOCK_TOOLS, REPO, run_mock_tool
 
-REPO = Path(__file__).resolve().parents[3]
-RUNNER = REPO / "tools" / "ttnn_mock" / "image_path.py"
+RUNNER = MOCK_TOOLS / "image_path.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import manifest, toolchain  # noqa: E402 - tools/ is not a package root
 
 #: (harvest mask, compute grid with worker dispatch): a real p150a has two Tensix columns off.
 GRIDS = {"harvested": (toolchain.HARVEST_MASKS["harvested"], (11, 10)), "unharvested": (0, (13, 10))}
-#: A crashed or hung library must not hold the suite: the full size takes about 20 s here.
-RUN_TIMEOUT_S = 300
-
-
-def _ttnn_python() -> Path:
-    return ttnn_python("mock p150a")
 
 
 def run_mock(manifest_path: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """One runner process; skips with the runner's reason where the wheel is not the one it knows."""
-    done = subprocess.run(
-        [str(_ttnn_python()), str(RUNNER), str(manifest_path), "--json", str(out), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
-    report = json.loads(out.read_text()) if out.exists() else {}
-    if "unavailable" in report:
-        cannot_run(f"mock p150a not run: {report['unavailable']}")
-    return done, report
-
-
-@pytest.fixture(scope="module")
-def manifests(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("mock-manifests")
-    return {size: manifest.write(size, folder / f"{size}.json") for size in manifest.SIZES}
+    return run_mock_tool("mock p150a", RUNNER, out, str(manifest_path), *args)
 
 
 def _failure(done: subprocess.CompletedProcess, report: dict) -> str:
@@ -70,19 +47,19 @@ def _failure(done: subprocess.CompletedProcess, report: dict) -> str:
 
 @pytest.mark.parametrize("grid", sorted(GRIDS))
 @pytest.mark.parametrize("size", manifest.SIZES)
-def test_real_library_accepts_the_whole_image_path(manifests, tmp_path, size, grid):
+def test_real_library_accepts_the_whole_image_path(mock_manifest, tmp_path, size, grid):
     harvest, expected_grid = GRIDS[grid]
-    done, report = run_mock(manifests[size], tmp_path / "report.json", "--harvest", str(harvest))
+    done, report = run_mock(mock_manifest(size), tmp_path / "report.json", "--harvest", str(harvest))
     assert done.returncode == 0 and report["ok"], _failure(done, report)
     phases = {p["phase"]: p for p in report["phases"]}
     assert all(p["ok"] for p in report["phases"]), report["phases"]
     assert report["dispatch"] == "worker"  # the engine's default
     assert tuple(report["grid"]) == expected_grid
-    config = json.loads(manifests[size].read_text())["config"]
+    config = json.loads(mock_manifest(size).read_text())["config"]
     sides = [int(config["grid"] * s) for s in config["scale_factors"]]
     maps = [[1, 1, side * side, config["fpn_dim"]] for side in sides]
     assert report["outputs"] == [*maps, [1, 32, config["fpn_dim"]]]  # the FPN maps, the class token
-    assert phases["upload"]["tensors"] == len(json.loads(manifests[size].read_text())["weights"])
+    assert phases["upload"]["tensors"] == len(json.loads(mock_manifest(size).read_text())["weights"])
     # Opened as the engine opens it: two command queues, each upload through the staging buffer
     # (one ttnn.copy into the trace's input per upload: the compile run's and the replay's).
     assert report["command_queues"] == 2 and phases["open"]["command_queues"] == 2
@@ -95,19 +72,19 @@ def test_real_library_accepts_the_whole_image_path(manifests, tmp_path, size, gr
     assert stages == {"patch_embed", "vit_block", "neck", "geometry_encoder"}, stages
 
 
-def test_ethernet_dispatch_falls_back_to_worker_on_the_real_library(manifests, tmp_path):
+def test_ethernet_dispatch_falls_back_to_worker_on_the_real_library(mock_manifest, tmp_path):
     """Asked for Ethernet dispatch, the real 0.81.1 library refuses it on a p150a and the engine's
     same-process retry with worker dispatch opens the chip (docs/design/facts.md, tt-metal review and Mock
     p150a)."""
-    done, report = run_mock(manifests["tiny"], tmp_path / "report.json", "--dispatch", "ethernet")
+    done, report = run_mock(mock_manifest("tiny"), tmp_path / "report.json", "--dispatch", "ethernet")
     assert done.returncode == 0 and report["ok"], _failure(done, report)
     assert report["dispatch"] == "worker" and tuple(report["grid"]) == GRIDS["harvested"][1]
     assert "Ethernet dispatch did not open" in done.stderr
 
 
-def test_mock_refuses_a_wrong_call(manifests, tmp_path):
+def test_mock_refuses_a_wrong_call(mock_manifest, tmp_path):
     """The check can fail: a weight with the wrong inner dimension is refused by the real matmul."""
-    broken = json.loads(manifests["tiny"].read_text())
+    broken = json.loads(mock_manifest("tiny").read_text())
     spec = next(w for w in broken["weights"] if w["name"] == "layers.0.fc2.weight")
     spec["shape"] = [spec["shape"][0] + 32, spec["shape"][1]]
     path = tmp_path / "broken.json"
@@ -119,20 +96,20 @@ def test_mock_refuses_a_wrong_call(manifests, tmp_path):
     assert "TT_FATAL" in report["error"] or "TT_THROW" in report["error"], report["error"]
 
 
-def test_no_dispatch_reports_per_core_peaks_for_every_stage(manifests, tmp_path):
-    done, report = run_mock(manifests["tiny"], tmp_path / "report.json", "--mode", "no_dispatch")
+def test_no_dispatch_reports_per_core_peaks_for_every_stage(mock_manifest, tmp_path):
+    done, report = run_mock(mock_manifest("tiny"), tmp_path / "report.json", "--mode", "no_dispatch")
     assert done.returncode == 0 and report["ok"], _failure(done, report)
-    config = json.loads(manifests["tiny"].read_text())["config"]
+    config = json.loads(mock_manifest("tiny").read_text())["config"]
     stages = [(s["stage"], s["block"]) for s in report["stages"]]
     blocks = [("vit_block", i) for i in range(config["layers"])]
     assert stages == [("patch_embed", None), *blocks, ("neck", None), ("geometry_encoder", None)]
     assert all(s["peak_total"] > 0 for s in report["stages"]), report["stages"]
 
 
-def test_trace_capture_still_crashes_on_the_mock(manifests, tmp_path):
+def test_trace_capture_still_crashes_on_the_mock(mock_manifest, tmp_path):
     """0.81.1 segfaults capturing a trace on the mock (docs/design/facts.md, Mock p150a): the check runs
     the traced path eagerly. When a wheel captures, this fails, and the check should capture for real."""
-    done, report = run_mock(manifests["tiny"], tmp_path / "report.json", "--real-trace")
+    done, report = run_mock(mock_manifest("tiny"), tmp_path / "report.json", "--real-trace")
     if done.returncode == -signal.SIGSEGV:
         pytest.xfail("trace capture segfaults inside tt-metal on the mock: the traced path runs eagerly")
     assert done.returncode != 0, "trace capture works on the mock: drop image_path.py's eager stand-in"
@@ -142,18 +119,7 @@ def test_trace_capture_still_crashes_on_the_mock(manifests, tmp_path):
 def test_attention_chunk_sizes_as_the_real_library_judges_them(tmp_path):
     """The engine's chunk is accepted at both of SAM 3's attention shapes; a chunk whose circular
     buffers outgrow L1, or that is not a tile multiple, is refused (tools/ttnn_mock/sdpa_chunks.py)."""
-    out = tmp_path / "attention.json"
-    tool = REPO / "tools" / "ttnn_mock" / "sdpa_chunks.py"
-    done = subprocess.run(
-        [str(_ttnn_python()), str(tool), "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
-    result = json.loads(out.read_text()) if out.exists() else {}
-    if "unavailable" in result:
-        cannot_run(f"mock p150a not run: {result['unavailable']}")
+    done, result = run_mock_tool("mock p150a", MOCK_TOOLS / "sdpa_chunks.py", tmp_path / "attention.json")
     assert done.returncode == 0 and result["ok"], done.stderr[-2000:]
     rows = {(r["shape"], *r["chunks"]): r for r in result["rows"]}
     for shape in ("windowed", "global"):

@@ -12,37 +12,23 @@ of each form are the emulator's to check (test_stage_checks.py).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from ttnn_env import cannot_run, ttnn_python
+from ttnn_env import MOCK_TOOLS, REPO, run_mock_tool
 
-REPO = Path(__file__).resolve().parents[3]
-RUNNER = REPO / "tools" / "ttnn_mock" / "fallback_forms.py"
+RUNNER = MOCK_TOOLS / "fallback_forms.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import fallback_forms  # noqa: E402 - tools/ is not a package root
-
-#: A crashed or hung library must not hold the suite: the full size takes about 20 s here.
-RUN_TIMEOUT_S = 300
 
 
 @pytest.mark.parametrize("size", fallback_forms.SIZES)
 def test_real_library_accepts_every_fallback_form(tmp_path, size):
     manifest_path = fallback_forms.write_manifest(size, tmp_path / "manifest.json")
     manifest = json.loads(manifest_path.read_text())
-    out = tmp_path / "report.json"
-    done = subprocess.run(
-        [str(ttnn_python("mock p150a")), str(RUNNER), str(manifest_path), "--batch", "4", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
+    done, report = run_mock_tool(
+        "mock p150a", RUNNER, tmp_path / "report.json", str(manifest_path), "--batch", "4"
     )
-    report = json.loads(out.read_text()) if out.exists() else {}
-    if "unavailable" in report:
-        cannot_run(f"mock p150a not run: {report['unavailable']}")
     assert done.returncode == 0 and report["ok"], f"{report}\n{done.stderr[-2000:]}"
     assert report["grid"] == [11, 10]
     forms = report["forms"]

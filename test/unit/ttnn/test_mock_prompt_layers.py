@@ -16,16 +16,12 @@ prompts).
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from ttnn_env import cannot_run, ttnn_python
+from ttnn_env import MOCK_TOOLS, REPO, run_mock_tool
 
-REPO = Path(__file__).resolve().parents[3]
-RUNNER = REPO / "tools" / "ttnn_mock" / "prompt_layers.py"
+RUNNER = MOCK_TOOLS / "prompt_layers.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import prompt_layers, toolchain  # noqa: E402 - tools/ is not a package root
 from ttnn_mock.image_path import L1_BANK_BYTES  # noqa: E402
@@ -50,10 +46,6 @@ MODULES = {
 }
 
 
-def _ttnn_python() -> Path:
-    return ttnn_python("mock p150a")
-
-
 @pytest.mark.parametrize(
     ("size", "grid", "batch"),
     [(size, grid, 1) for size in prompt_layers.SIZES for grid in sorted(GRIDS)] + [("full", "harvested", 4)],
@@ -64,28 +56,17 @@ def test_real_library_accepts_every_prompt_module(tmp_path, size, grid, batch):
     run it (the 4-prompt run would repeat the full-size harvested one)."""
     harvest, expected_grid = GRIDS[grid]
     manifest = prompt_layers.write_manifest(size, tmp_path / "manifest.json")
-    out = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            str(_ttnn_python()),
-            str(RUNNER),
-            str(manifest),
-            "--harvest",
-            str(harvest),
-            "--batch",
-            str(batch),
-            "--json",
-            str(out),
-            *(["--no-composed"] if batch != 1 else []),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done, report = run_mock_tool(
+        "mock p150a",
+        RUNNER,
+        tmp_path / "report.json",
+        str(manifest),
+        "--harvest",
+        str(harvest),
+        "--batch",
+        str(batch),
+        *(["--no-composed"] if batch != 1 else []),
     )
-    report = json.loads(out.read_text()) if out.exists() else {}
-    if "unavailable" in report:
-        cannot_run(f"mock p150a not run: {report['unavailable']}")
     assert done.returncode == 0 and report["ok"], (report, done.stderr[-2000:])
     assert report["grid"] == expected_grid
     assert set(report["modules"]) == MODULES

@@ -12,6 +12,7 @@ import logging
 
 import numpy as np
 import pytest
+from frames import random_frame
 from random_weights import randomise_prompt_path
 
 from tt_sam3_ros.engines.ttnn_model import prompt_check
@@ -37,7 +38,7 @@ def auto_engine(emulator, model, tokenizer):
 
 def serves(engine, prompts=("car",)) -> np.ndarray:
     """One frame through whatever prompt path serves: the best query's mask."""
-    frame = np.random.default_rng(1).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+    frame = random_frame(1, (1008, 1008))
     decoded = engine.decode(engine.encode_image(frame), engine.encode_prompts(list(prompts)), max_instances=1)
     best = np.argmax(decoded.logits, axis=1)
     return engine.fetch_masks(decoded, np.arange(len(prompts)), best)
@@ -56,7 +57,7 @@ def test_auto_keeps_the_chip_prompt_path_when_it_agrees(emulator, sharp_model, t
         assert np.isfinite(serves(engine)).all()
         # exemplar boxes are served on the chip prompt path it kept (their box path on the host)
         assert engine.takes_exemplars
-        picture = np.random.default_rng(2).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+        picture = random_frame(2, (120, 160))
         boxes = [Exemplar((20, 10, 70, 60), prompt="car"), Exemplar((90, 40, 150, 110), False, "car")]
         result = Sam3Segmenter(engine)(picture, ["car"], boxes=boxes, threshold=0.0, max_instances=1)
         assert set(result.exemplars) == {"car"} and [i.prompt for i in result.instances] == ["car"]

@@ -13,6 +13,7 @@ import copy
 
 import numpy as np
 import pytest
+from frames import random_frame
 from random_weights import randomise_prompt_path
 
 from tt_sam3_ros.engines.base import EngineError
@@ -82,7 +83,7 @@ def test_the_engine_opens_a_simulated_chip_without_a_trace(
         engine.warmup()  # the chip prompt path runs eagerly too: no prompt trace either
         assert not engine.image_encoder.captured and engine.prompt_path.prompts.traces == {}
         assert engine.describe()["prompt_path"].startswith("chip (auto: warm-up check passed")
-        frame = np.random.default_rng(2).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+        frame = random_frame(2, (1008, 1008))
         for _ in range(2):  # each frame runs the prompt path's ops again, freeing the last outputs
             decoded = engine.decode(
                 engine.encode_image(frame), engine.encode_prompts(["car"]), max_instances=1

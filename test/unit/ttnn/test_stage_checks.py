@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
+from frames import random_frame
 from random_weights import randomise_prompt_path
 
 from tt_sam3_ros.engines.ttnn_model import selection, stage_checks
@@ -195,7 +196,7 @@ def test_every_fallback_serves_inside_the_traces(emulator, sharp_model, tokenize
         assert checks["prompt_path"].passed and checks["prompt_path"].serves == "chip prompt path"
         assert isinstance(engine.prompt_path, ChipPromptPath)
         assert engine.describe()["prompt_path"].startswith("chip (auto: warm-up check passed")
-        frame = np.random.default_rng(3).integers(0, 256, (1008, 1008, 3), dtype=np.uint8)
+        frame = random_frame(3, (1008, 1008))
         chip = engine.prompt_path
         outputs = engine._run_image_path(frame)
         host = chip.host
