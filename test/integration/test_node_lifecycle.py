@@ -1,19 +1,16 @@
-"""The node's lifecycle, engine faults, compressed input and SIGTERM, through its own services.
+"""The node's lifecycle, engine faults and compressed input, through its own services.
 
-One node (autostart false) runs through a whole life in order: unconfigured ->
-configure -> activate -> an engine fault and recovery -> deactivate -> compressed
-transport -> cleanup -> configure again -> SIGTERM. It is the real node with its
-segmenter instrumented by helpers/faulty_node.py (a fault on a marked frame, a line
-per close()); nothing in the package knows about the instrumentation.
-
-The tests run in file order and each states the lifecycle state it starts from.
+One node (autostart false) is shared by the module: unconfigured, configure, activate, an
+engine fault and recovery, deactivate, compressed transport, cleanup and configure again. Each
+test first drives it to the state and transport it starts from (helpers/lifecycle.py ``reach``,
+through the same lifecycle services ``ros2 lifecycle set`` calls), so the tests pass in any
+order. It is the real node with its segmenter instrumented by helpers/faulty_node.py (a fault
+on a marked frame, a line per close()); nothing in the package knows about the
+instrumentation. SIGTERM, which ends a node, has its own in test_node_lifecycle_sigterm.py.
 """
 
 from __future__ import annotations
 
-import signal
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,37 +18,19 @@ import cv2
 import numpy as np
 import pytest
 from helpers.faulty_node import FAULT_MESSAGE, FAULT_PIXEL
-from helpers.sam3_client import Sam3Client, log_tail, make_image, running_node, scene, stamp_now
+from helpers.lifecycle import closes, lifecycle_node, reach
+from helpers.sam3_client import Sam3Client, log_tail, make_image, scene, stamp_now
 from lifecycle_msgs.msg import Transition
-from ros_harness import HELPERS, WAIT_LIMIT_S, spin_until
+from ros_harness import WAIT_LIMIT_S, spin_until
 from sensor_msgs.msg import CompressedImage
 
-PROMPTS = ["cup"]
-NODE_PARAMS = {
-    "model_id": "tiny-random",
-    "prompts": str(PROMPTS),
-    "threshold": "0.0",
-    "max_instances": "4",
-    "autostart": "false",
-}
 OK, WARN, ERROR = 0, 1, 2
 
 
 @pytest.fixture(scope="module")
 def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
-    folder = tmp_path_factory.mktemp("sam3_lifecycle")
-    program = [sys.executable, str(HELPERS / "faulty_node.py")]
-    env = {"SAM3_CLOSE_LOG": str(folder / "closes.log")}
-    with running_node(
-        NODE_PARAMS, folder / "node.log", program, wait_for_subscription=False, env=env
-    ) as client:
-        client.close_log = folder / "closes.log"
+    with lifecycle_node(tmp_path_factory.mktemp("sam3_lifecycle")) as client:
         yield client
-
-
-def _closes(sam3: Sam3Client) -> list[str]:
-    path = Path(sam3.close_log)
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def _compressed(rgb: np.ndarray, extension: str) -> CompressedImage:
@@ -63,9 +42,9 @@ def _compressed(rgb: np.ndarray, extension: str) -> CompressedImage:
     return msg
 
 
-def test_starts_unconfigured_and_holds_no_engine(sam3: Sam3Client) -> None:
-    assert sam3.state() == "unconfigured"
-    status = sam3.next_diagnostics()
+def test_unconfigured_holds_no_engine(sam3: Sam3Client) -> None:
+    reach(sam3, "unconfigured")
+    status = sam3.next_diagnostics(where=lambda s: s["state"] == "unconfigured")
     assert status["state"] == "unconfigured"
     assert status["_level"] == WARN
     assert sam3.image_pub.get_subscription_count() == 0
@@ -74,6 +53,7 @@ def test_starts_unconfigured_and_holds_no_engine(sam3: Sam3Client) -> None:
 
 
 def test_configure_loads_the_engine_but_does_not_subscribe(sam3: Sam3Client) -> None:
+    reach(sam3, "unconfigured")
     assert sam3.transition(Transition.TRANSITION_CONFIGURE)
     assert sam3.state() == "inactive"
     status = sam3.next_diagnostics(where=lambda s: s["state"] == "inactive")
@@ -85,6 +65,7 @@ def test_configure_loads_the_engine_but_does_not_subscribe(sam3: Sam3Client) -> 
 
 
 def test_activate_serves_frames(sam3: Sam3Client) -> None:
+    reach(sam3, "inactive", transport="raw")
     assert sam3.transition(Transition.TRANSITION_ACTIVATE)
     assert sam3.state() == "active"
     sam3.wait_for_subscriber()
@@ -95,7 +76,9 @@ def test_activate_serves_frames(sam3: Sam3Client) -> None:
 
 
 def test_an_engine_fault_is_reported_and_the_node_recovers(sam3: Sam3Client) -> None:
-    before = sam3.next_diagnostics()
+    reach(sam3, "active", transport="raw")
+    sam3.wait_for_subscriber()
+    before = sam3.next_diagnostics(where=lambda s: s["state"] == "active")
     picture = scene(seed=2)
     picture[0, 0] = FAULT_PIXEL
     faulty = make_image(picture)
@@ -116,6 +99,8 @@ def test_an_engine_fault_is_reported_and_the_node_recovers(sam3: Sam3Client) -> 
 
 
 def test_deactivate_stops_inference_and_keeps_the_engine(sam3: Sam3Client) -> None:
+    reach(sam3, "active", transport="raw")
+    closed = closes(sam3)
     assert sam3.transition(Transition.TRANSITION_DEACTIVATE)
     assert sam3.state() == "inactive"
     assert spin_until(sam3.probe, lambda: sam3.image_pub.get_subscription_count() == 0, WAIT_LIMIT_S)
@@ -123,12 +108,13 @@ def test_deactivate_stops_inference_and_keeps_the_engine(sam3: Sam3Client) -> No
     key = stamp_now(frame)
     sam3.send(frame)
     assert sam3.no_answer(key, wait_s=2.0)
-    assert _closes(sam3) == [], "deactivate must not release the engine"
+    assert closes(sam3) == closed, "deactivate must not release the engine"
     status = sam3.next_diagnostics(where=lambda s: s["state"] == "inactive")
     assert status["_level"] == WARN
 
 
 def test_compressed_transport_after_reactivation(sam3: Sam3Client) -> None:
+    reach(sam3, "inactive")
     assert sam3.set_parameter("transport", "compressed").successful  # inactive: allowed
     assert sam3.transition(Transition.TRANSITION_ACTIVATE)
     refused = sam3.set_parameter("transport", "raw")
@@ -145,7 +131,7 @@ def test_compressed_transport_after_reactivation(sam3: Sam3Client) -> None:
     corrupt_key = stamp_now(corrupt)
     sam3.send(corrupt)
     status = sam3.next_diagnostics(
-        timeout_s=10.0, where=lambda s: int(s["frames_rejected"]) == int(before["frames_rejected"]) + 1
+        where=lambda s: int(s["frames_rejected"]) == int(before["frames_rejected"]) + 1
     )
     assert "corrupt compressed image" in status["last_error"]
     good = _compressed(scene(seed=6), ".jpg")
@@ -155,11 +141,16 @@ def test_compressed_transport_after_reactivation(sam3: Sam3Client) -> None:
 
 
 def test_cleanup_releases_the_engine_and_configure_acquires_it_again(sam3: Sam3Client) -> None:
+    reach(sam3, "active", transport="compressed")
+    closed = closes(sam3)
+    released = Path(sam3.log_path).read_text().count("engine released")
     assert sam3.transition(Transition.TRANSITION_DEACTIVATE)
     assert sam3.transition(Transition.TRANSITION_CLEANUP)
     assert sam3.state() == "unconfigured"
-    assert _closes(sam3) == ["closed on thread sam3-inference"], "closed once, on the engine's own thread"
-    assert "engine released" in Path(sam3.log_path).read_text()
+    assert closes(sam3) == [*closed, "closed on thread sam3-inference"], (
+        "closed once, on the engine's own thread"
+    )
+    assert Path(sam3.log_path).read_text().count("engine released") == released + 1
 
     assert sam3.transition(Transition.TRANSITION_CONFIGURE)
     assert sam3.transition(Transition.TRANSITION_ACTIVATE)
@@ -167,16 +158,3 @@ def test_cleanup_releases_the_engine_and_configure_acquires_it_again(sam3: Sam3C
     frame = _compressed(scene(seed=7), ".png")
     detections, _ = sam3.ask(frame)
     assert detections.header == frame.header
-
-
-def test_sigterm_exits_0_and_releases_the_engine(sam3: Sam3Client) -> None:
-    started = time.monotonic()
-    sam3.process.send_signal(signal.SIGTERM)
-    exit_code = sam3.process.wait(timeout=30)
-    elapsed = time.monotonic() - started
-    log = Path(sam3.log_path).read_text()
-    assert exit_code == 0, log_tail(sam3.log_path)
-    assert len(_closes(sam3)) == 2, "the second engine was released too"
-    assert log.count("engine released") == 2
-    assert "Traceback" not in log.split("engine released")[-1]
-    print(f"\nSIGTERM to exit: {elapsed:.2f} s")
