@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import rclpy
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
 import depth_scene as scene
+from timed_publisher import RELIABLE, publish_until_stopped
 
 FRAME_ID = "cam"
 
@@ -42,13 +43,11 @@ def messages(stamp_ns: int, rgb: np.ndarray) -> tuple[Image, Image, CameraInfo]:
     return colour, depth, info
 
 
-def main() -> None:
-    rclpy.init()
-    node = rclpy.create_node("depth_scene_publisher")
-    qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
-    colour_pub = node.create_publisher(Image, "image", qos)
-    depth_pub = node.create_publisher(Image, "depth", qos)
-    info_pub = node.create_publisher(CameraInfo, "camera_info", qos)
+def start(node: Node) -> Callable[[], None]:
+    """The scene's publishers on ``node``; the call that publishes one stamped set."""
+    colour_pub = node.create_publisher(Image, "image", RELIABLE)
+    depth_pub = node.create_publisher(Image, "depth", RELIABLE)
+    info_pub = node.create_publisher(CameraInfo, "camera_info", RELIABLE)
     rgb = np.random.default_rng(3).integers(
         0, 256, (scene.SMALL_HEIGHT, scene.SMALL_WIDTH, 3), dtype=np.uint8
     )
@@ -60,14 +59,11 @@ def main() -> None:
         depth_pub.publish(depth)
         colour_pub.publish(colour)
 
-    node.create_timer(0.25, publish)
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    return publish
+
+
+def main() -> None:
+    publish_until_stopped("depth_scene_publisher", 0.25, start)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,18 @@ field by field, so both sides agree on what "intact" means.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
-import rclpy
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.node import Node
 from sensor_msgs.msg import Image
 from vision_msgs.msg import BoundingBox2D, Detection2D, Detection2DArray, ObjectHypothesisWithPose
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+from timed_publisher import RELIABLE, publish_until_stopped
 
 
 def expected_messages() -> tuple[Detection2DArray, Image]:
@@ -46,26 +53,21 @@ def expected_messages() -> tuple[Detection2DArray, Image]:
     return detections, mask
 
 
-def main() -> None:
-    rclpy.init()
-    node = rclpy.create_node("fixed_publisher")
-    qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
-    detections_pub = node.create_publisher(Detection2DArray, "plumbing/detections", qos)
-    mask_pub = node.create_publisher(Image, "plumbing/masks", qos)
+def start(node: Node) -> Callable[[], None]:
+    """The two publishers on ``node``; the call that publishes the pair once."""
+    detections_pub = node.create_publisher(Detection2DArray, "plumbing/detections", RELIABLE)
+    mask_pub = node.create_publisher(Image, "plumbing/masks", RELIABLE)
     detections, mask = expected_messages()
 
     def publish() -> None:
         detections_pub.publish(detections)
         mask_pub.publish(mask)
 
-    node.create_timer(0.1, publish)
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    return publish
+
+
+def main() -> None:
+    publish_until_stopped("fixed_publisher", 0.1, start)
 
 
 if __name__ == "__main__":
