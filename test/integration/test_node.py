@@ -18,7 +18,7 @@ from helpers.sam3_client import (
     log_tail,
     make_image,
     mask_pixels,
-    running_node,
+    module_node,
     scene,
     stamp_now,
     stop_node,
@@ -43,11 +43,7 @@ NODE_PARAMS = {
 }
 
 
-@pytest.fixture(scope="module")
-def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
-    log_path = tmp_path_factory.mktemp("sam3") / "node.log"
-    with running_node(NODE_PARAMS, log_path) as client:
-        yield client
+sam3 = module_node(NODE_PARAMS, "sam3")
 
 
 def _detections_summary(msg) -> list[tuple]:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
 import numpy as np
-import pytest
-from helpers.sam3_client import Sam3Client, log_tail, make_image, running_node, scene, stamp_now
+from helpers.sam3_client import Sam3Client, log_tail, make_image, module_node, scene, stamp_now
 from lifecycle_msgs.msg import Transition
 from rcl_interfaces.msg import ParameterType
 from ros_harness import spin_until
@@ -37,11 +35,7 @@ REASON_BOUND = 400
 FORGED = "[FATAL] [sam3]: forged"
 
 
-@pytest.fixture(scope="module")
-def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
-    log_path = tmp_path_factory.mktemp("sam3_bad_input") / "node.log"
-    with running_node(NODE_PARAMS, log_path) as client:
-        yield client
+sam3 = module_node(NODE_PARAMS, "sam3_bad_input")
 
 
 def _raw(width: int = 32, height: int = 24, encoding: str = "rgb8", frame_id: str = "cam") -> Image:

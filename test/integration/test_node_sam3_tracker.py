@@ -7,11 +7,8 @@ SAM 3's tracker is refused with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
-import pytest
-from helpers.sam3_client import Sam3Client, make_image, mask_pixels, running_node, scene
+from helpers.sam3_client import Sam3Client, make_image, mask_pixels, module_node, scene
 from lifecycle_msgs.msg import Transition
 
 PROMPTS = ["car", "person"]
@@ -28,11 +25,7 @@ NODE_PARAMS = {
 }
 
 
-@pytest.fixture(scope="module")
-def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
-    log_path = tmp_path_factory.mktemp("sam3_video") / "node.log"
-    with running_node(NODE_PARAMS, log_path) as client:
-        yield client
+sam3 = module_node(NODE_PARAMS, "sam3_video")
 
 
 def _ids(detections) -> list[int]:

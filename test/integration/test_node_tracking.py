@@ -8,11 +8,9 @@ driven through the parameter and lifecycle services, as `ros2 param set` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
-from helpers.sam3_client import Sam3Client, make_image, mask_pixels, running_node, scene
+from helpers.sam3_client import Sam3Client, make_image, mask_pixels, module_node, scene
 from lifecycle_msgs.msg import Transition
 
 PROMPTS = ["car", "person"]
@@ -27,11 +25,7 @@ NODE_PARAMS = {
 }
 
 
-@pytest.fixture(scope="module")
-def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
-    log_path = tmp_path_factory.mktemp("sam3_tracking") / "node.log"
-    with running_node(NODE_PARAMS, log_path) as client:
-        yield client
+sam3 = module_node(NODE_PARAMS, "sam3_tracking")
 
 
 def _ids(detections) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import rclpy.node
 from diagnostic_msgs.msg import DiagnosticArray
 from frames import random_frame
@@ -307,6 +308,18 @@ def running_node(
     finally:
         stop_node(process)
         next(probe_lifetime, None)
+
+
+def module_node(params: dict[str, str], log_folder: str) -> Any:
+    """A module-scoped fixture (assign it to the fixture's name): a node started with ``params``,
+    its log in a fresh temporary folder named after ``log_folder``, shared by the module's tests."""
+
+    @pytest.fixture(scope="module")
+    def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
+        with running_node(params, tmp_path_factory.mktemp(log_folder) / "node.log") as client:
+            yield client
+
+    return node
 
 
 def log_tail(log_path: Path, lines: int = 40) -> str:
