@@ -18,14 +18,18 @@ costs the chip nothing more.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import calibrated_cost, report, trace_cost
 
+#: The suite's helpers (random_weights: the full-size model with random weights).
+SUPPORT = Path(__file__).resolve().parents[1] / "test" / "support"
 BOX_COUNTS = (1, 4, 16)
 REPEATS = {"tiny": 20, "full size": 3}
 QUICK_REPEATS = 3
@@ -35,21 +39,17 @@ SCALE_1_MAP = {"shape": [1, 1, 72 * 72, 256], "layout": "TILE", "dtype": "BFLOAT
 
 
 def _model(size: str):
-    from transformers import Sam3Config, Sam3Model
-
+    """The tiny model or the full-size one, random weights from seed 0 (the full size as the
+    suite's full-size tests build it: test/support/random_weights.py)."""
     from tt_sam3_ros.tiny_model import build_tiny_sam3
-    from tt_sam3_ros.weights.meta_constants import apply_meta_constants
 
     if size == "tiny":
         return build_tiny_sam3(seed=0)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(0)
-    try:
-        config = Sam3Config()
-        apply_meta_constants(config)
-        return Sam3Model(config).eval()
-    finally:
-        torch.random.set_rng_state(state)
+    if str(SUPPORT) not in sys.path:
+        sys.path.insert(0, str(SUPPORT))
+    from random_weights import full_size_sam3
+
+    return full_size_sam3(seed=0)
 
 
 def _boxes(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,24 @@ from __future__ import annotations
 import torch
 
 
+def full_size_sam3(seed: int) -> torch.nn.Module:
+    """transformers' full-size Sam3Model (Sam3Config(), SAM 3 as released) with Meta's constants
+    (its epsilons and activations), in eval mode, its initialisation drawn from `seed`: the same
+    seed, the same model, and the caller's global RNG left as it was."""
+    from transformers import Sam3Config, Sam3Model
+
+    from tt_sam3_ros.weights.meta_constants import apply_meta_constants
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        config = Sam3Config()
+        apply_meta_constants(config)
+        return Sam3Model(config).eval()
+    finally:
+        torch.random.set_rng_state(state)
+
+
 def randomise(module: torch.nn.Module, seed: int) -> None:
     """Weights of unit gain (std 1/sqrt(fan_in)) and perturbed norms, all from `seed` (no module
     keeps its global-RNG init): attention cannot hide and every run draws the same model."""

@@ -41,21 +41,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 @pytest.fixture(scope="module")
 def full_size(tokenizer, module_rgb_image):
     """(segmenter, model, processor, the reference's vision features of the picture)."""
-    from random_weights import randomise_prompt_path
-    from transformers import Sam3Config, Sam3ImageProcessor, Sam3Model, Sam3Processor
+    from random_weights import full_size_sam3, randomise_prompt_path
+    from transformers import Sam3ImageProcessor, Sam3Processor
 
     from tt_sam3_ros.engines.torch_engine import TorchEngine
     from tt_sam3_ros.segmenter import Sam3Segmenter
-    from tt_sam3_ros.weights.meta_constants import apply_meta_constants
 
-    state = torch.random.get_rng_state()
-    torch.manual_seed(5)
-    try:
-        config = Sam3Config()
-        apply_meta_constants(config)
-        model = Sam3Model(config).eval()
-    finally:
-        torch.random.set_rng_state(state)
+    model = full_size_sam3(seed=5)
     randomise_prompt_path(model)
     processor = Sam3Processor(image_processor=Sam3ImageProcessor(), tokenizer=tokenizer)
     pixels = processor(images=module_rgb_image, return_tensors="pt")["pixel_values"]

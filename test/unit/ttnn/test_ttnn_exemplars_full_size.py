@@ -44,7 +44,7 @@ import numpy as np
 import pytest
 import torch
 from compare import pcc
-from random_weights import randomise_prompt_embeddings, randomise_prompt_path
+from random_weights import full_size_sam3, randomise_prompt_embeddings, randomise_prompt_path
 from test_prompt_layers import smooth_image
 from test_ttnn_exemplars import SPOILERS
 
@@ -73,18 +73,7 @@ class Outputs:
 def full_size_model() -> torch.nn.Module:
     """transformers' full-size Sam3Model, seeded, its prompt path re-drawn (see the module doc),
     without its ViT (neither side runs it)."""
-    from transformers import Sam3Config, Sam3Model
-
-    from tt_sam3_ros.weights.meta_constants import apply_meta_constants
-
-    state = torch.random.get_rng_state()
-    torch.manual_seed(5)
-    try:
-        config = Sam3Config()
-        apply_meta_constants(config)
-        model = Sam3Model(config).eval()
-    finally:
-        torch.random.set_rng_state(state)
+    model = full_size_sam3(seed=5)
     randomise_prompt_path(model)
     randomise_prompt_embeddings(model)
     model.vision_encoder.backbone = None
