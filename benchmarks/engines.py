@@ -1,4 +1,4 @@
-"""Engine stand-ins for measuring: one that records, one that costs nothing, one that is slow.
+"""Engine stand-ins for measuring: one that records, ones that cost nothing, one that is slow.
 
 Each implements tt_sam3_ros.engines.base.Engine, so Sam3Segmenter and the node run their
 real code around them.
@@ -61,26 +61,14 @@ class RecordingEngine(DelegatingEngine):
         return self.last_decoded
 
 
-class CannedEngine:
-    """Returns the same prepared outputs for every frame: host work measured without a model.
+class ScriptedEngine:
+    """Returns one prepared DecodedBatch for every frame, its ``mask_source`` the (P, Q, 288, 288)
+    mask logits: the host work around an engine (selection, upsampling, messages), no model."""
 
-    ``mask_logits`` (K, 288, 288) belong to queries 0..K-1 of prompt 0, whose scores are
-    set above any threshold; every other query scores far below.
-    """
+    name = "scripted"
 
-    name = "canned"
-
-    def __init__(self, mask_logits: np.ndarray, prompt_count: int = 1, queries: int = 200) -> None:
-        count = len(mask_logits)
-        self.mask_logits = np.zeros((prompt_count, queries, *mask_logits.shape[1:]), dtype=np.float32)
-        self.mask_logits[0, :count] = mask_logits
-        logits = np.full((prompt_count, queries), -10.0, dtype=np.float32)
-        logits[0, :count] = np.linspace(6.0, 2.0, count)
-        boxes = np.zeros((prompt_count, queries, 4), dtype=np.float32)
-        boxes[0, :count] = [_box(m) for m in mask_logits]
-        self.decoded = DecodedBatch(
-            logits=logits, boxes=boxes, presence=np.full(prompt_count, 8.0, np.float32), mask_source=None
-        )
+    def __init__(self, decoded: DecodedBatch) -> None:
+        self.decoded = decoded
 
     def describe(self) -> dict[str, str]:
         return {"engine": self.name, "device": "none", "dtype": "float32"}
@@ -99,13 +87,36 @@ class CannedEngine:
     def fetch_masks(
         self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
     ) -> np.ndarray:
-        return self.mask_logits[prompt_index, query_index]
+        return decoded.mask_source[prompt_index, query_index]
 
     def warmup(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+class CannedEngine(ScriptedEngine):
+    """Returns the same prepared outputs for every frame: host work measured without a model.
+
+    ``mask_logits`` (K, 288, 288) belong to queries 0..K-1 of prompt 0, whose scores are
+    set above any threshold; every other query scores far below.
+    """
+
+    name = "canned"
+
+    def __init__(self, mask_logits: np.ndarray, prompt_count: int = 1, queries: int = 200) -> None:
+        count = len(mask_logits)
+        self.mask_logits = np.zeros((prompt_count, queries, *mask_logits.shape[1:]), dtype=np.float32)
+        self.mask_logits[0, :count] = mask_logits
+        logits = np.full((prompt_count, queries), -10.0, dtype=np.float32)
+        logits[0, :count] = np.linspace(6.0, 2.0, count)
+        boxes = np.zeros((prompt_count, queries, 4), dtype=np.float32)
+        boxes[0, :count] = [_box(m) for m in mask_logits]
+        presence = np.full(prompt_count, 8.0, np.float32)
+        super().__init__(
+            DecodedBatch(logits=logits, boxes=boxes, presence=presence, mask_source=self.mask_logits)
+        )
 
 
 def _box(mask_logits: np.ndarray) -> list[float]:

@@ -19,6 +19,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from std_msgs.msg import Header
 
+from benchmarks.engines import ScriptedEngine
 from tt_sam3_ros import postprocess, preprocess
 from tt_sam3_ros.engines.base import DecodedBatch
 from tt_sam3_ros.messages import instance_mask_to_image, result_to_detections
@@ -95,40 +96,6 @@ def test_sigmoid_is_a_probability_and_monotonic(values: list[float]) -> None:
     probabilities = postprocess.sigmoid(logits)
     assert probabilities.dtype == np.float32
     assert np.all((probabilities >= 0) & (probabilities <= 1)) and np.all(np.diff(probabilities) >= 0)
-
-
-class ScriptedEngine:
-    """An engine that returns prepared raw outputs: the host pipeline around it is what is tested."""
-
-    name = "scripted"
-
-    def __init__(self, decoded: DecodedBatch) -> None:
-        self.decoded = decoded
-
-    def describe(self) -> dict[str, str]:
-        return {"engine": self.name}
-
-    def encode_image(self, image: np.ndarray) -> Any:
-        return None
-
-    def encode_prompts(self, prompts: list[str]) -> list[Any]:
-        return list(prompts)
-
-    def decode(
-        self, image_state: Any, prompt_states: list[Any], max_instances: int | None = None
-    ) -> DecodedBatch:
-        return self.decoded
-
-    def fetch_masks(
-        self, decoded: DecodedBatch, prompt_index: np.ndarray, query_index: np.ndarray
-    ) -> np.ndarray:
-        return decoded.mask_source[prompt_index, query_index]
-
-    def warmup(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @st.composite
