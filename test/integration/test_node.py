@@ -7,7 +7,6 @@ headers, ids, masks, boxes, prompts, dropping and bad input is checked for real.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from helpers.sam3_client import (
     module_node,
     scene,
     stamp_now,
-    stop_node,
 )
 from rcl_interfaces.msg import ParameterType
 from ros_harness import WAIT_LIMIT_S, spin_until
@@ -353,10 +351,3 @@ def test_with_depth_off_only_the_2d_outputs_are_advertised(sam3: Sam3Client) -> 
     spin_until(sam3.probe, lambda: outputs <= published(), WAIT_LIMIT_S)
     assert outputs <= published()
     assert {"/sam3/detections_3d", "/sam3/points"} & published() == set()
-
-
-def test_sigint_exits_0_after_releasing_the_engine(sam3: Sam3Client) -> None:
-    exit_code = stop_node(sam3.process, signal.SIGINT)
-    log = Path(sam3.log_path).read_text()
-    assert exit_code == 0, log_tail(sam3.log_path)
-    assert "engine released" in log

@@ -1,5 +1,6 @@
 """Starting the node wrong: it must stop with a message a person can act on (waited for up to 60 s,
-a liveness bound: how fast it stops is not measured here).
+a liveness bound: how fast it stops is not measured here). And stopping it with signals, while it
+configures, while it serves and mid-stream: each test starts a node of its own.
 
 These run the installed ``sam3_node`` console script with config/sam3.yaml, exactly as
 ``make run`` does, and never reach the network (HF_HUB_OFFLINE is set by the suite).
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.sam3_client import make_image, running_node, scene, stamp_now, start_node
+from helpers.sam3_client import make_image, running_node, scene, stamp_now, start_node, stop_node
 
 REPO = Path(__file__).resolve().parents[2]
 SAM3_NODE = Path(sys.executable).parent / "sam3_node"
@@ -234,3 +235,34 @@ def test_services_and_diagnostics_answer_while_a_manual_configure_loads(tmp_path
         assert spin_until(sam3.probe, configure.done, 120.0), log_path.read_text()
         assert configure.result().success
         assert sam3.state() == "inactive"
+
+
+SERVING = {"model_id": "tiny-random", "prompts": "['car']"}
+
+
+def test_sigint_exits_0_after_releasing_the_engine(tmp_path: Path) -> None:
+    with running_node(SERVING, tmp_path / "node.log") as sam3:
+        sam3.ask(make_image(scene(seed=1)))
+        exit_code = stop_node(sam3.process, signal.SIGINT)
+        log = (tmp_path / "node.log").read_text()
+    assert exit_code == 0, log
+    assert "engine released" in log
+
+
+def test_sigint_while_streaming_releases_the_engine_and_exits_0_quietly(tmp_path: Path) -> None:
+    from ros_harness import spin_until
+
+    with running_node(SERVING, tmp_path / "node.log") as sam3:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:  # ~30 Hz: the node is busy when the signal comes
+            sam3.send(make_image(scene(seed=2)))
+            spin_until(sam3.probe, lambda: False, 0.03)
+        sam3.process.send_signal(signal.SIGINT)
+        for _ in range(30):
+            sam3.send(make_image(scene(seed=3)))
+            spin_until(sam3.probe, lambda: False, 0.03)
+        exit_code = sam3.process.wait(timeout=60)
+        log = (tmp_path / "node.log").read_text()
+    assert exit_code == 0, log
+    assert "engine released" in log
+    assert "never retrieved" not in log and "Traceback" not in log, log
