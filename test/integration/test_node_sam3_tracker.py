@@ -7,8 +7,12 @@ SAM 3's tracker is refused with the reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
-from helpers.sam3_client import Sam3Client, make_image, mask_pixels, module_node, scene
+import pytest
+from helpers.sam3_client import Sam3Client, make_image, mask_pixels, running_node, scene
 from lifecycle_msgs.msg import Transition
 
 PROMPTS = ["car", "person"]
@@ -25,7 +29,12 @@ NODE_PARAMS = {
 }
 
 
-sam3 = module_node(NODE_PARAMS, "sam3_video")
+@pytest.fixture
+def sam3(tmp_path: Path) -> Iterator[Sam3Client]:
+    """A node of each test's own: SAM 3's video session carries every frame and prompt change
+    into the next answer, and the refusal test cleans the node up (a node starts in seconds)."""
+    with running_node(NODE_PARAMS, tmp_path / "node.log") as client:
+        yield client
 
 
 def _ids(detections) -> list[int]:
