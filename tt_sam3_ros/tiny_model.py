@@ -209,11 +209,25 @@ def tiny_sam3_video_config(image_size: int = TINY_VIDEO_SIDE, **overrides: float
     return config
 
 
+#: Bias of the last layer of the tracker's object-score head (sigmoid(2) = 0.88): the logit that
+#: a tracked object is in the frame. SAM 3 blanks the mask of an object whose logit is <= 0
+#: (occluded, not shown); at transformers' initialisation (zero bias, weights of std 0.02) the
+#: logit was -0.0013 for every object on every frame, so every object vanished after the frame
+#: the detector found it on. A trained tracker sees an object that is still there.
+OBJECT_SCORE_BIAS = 2.0
+
+
 def build_tiny_sam3_video(
     seed: int = 0, image_size: int = TINY_VIDEO_SIDE, **overrides: float | int
 ) -> Sam3VideoModel:
     """The tiny video model with weights drawn from ``seed`` (the same seed, the same weights);
-    ``image_size``: its input side, a multiple of 14 (smaller: cheaper frames)."""
+    ``image_size``: its input side, a multiple of 14 (smaller: cheaper frames).
+
+    The tracker's object-score head leans to "visible" (``OBJECT_SCORE_BIAS``), so the objects of
+    a static scene stay tracked on later frames as with trained weights; its weights still move
+    the logit with the frame, by about a thousandth, so it never reaches 0 and the tracker never
+    declares an object occluded.
+    """
     import torch
     from transformers import Sam3VideoModel
 
@@ -223,6 +237,8 @@ def build_tiny_sam3_video(
         model = Sam3VideoModel(tiny_sam3_video_config(image_size, **overrides))
     finally:
         torch.random.set_rng_state(generator_state)
+    with torch.no_grad():
+        model.tracker_model.mask_decoder.pred_obj_score_head.proj_out.bias.fill_(OBJECT_SCORE_BIAS)
     return model.eval()
 
 
