@@ -271,7 +271,7 @@ def test_a_burst_is_answered_with_the_newest_frame_and_drops_are_counted(sam3: S
     # Newest-frame-only: an answer waits at most for the frame in flight, then its own
     # processing. A queue would instead add one processing time per frame behind it
     # (tens of seconds by the end of this burst).
-    bound_ms = 2 * processing_max_ms + 500.0
+    bound_ms = 2 * processing_max_ms + 2000.0  # + scheduling on cores shared with other work
     assert max(ages_ms) < bound_ms, (ages_ms, bound_ms)
     assert float(after["output_age_ms_max"]) < bound_ms
 

@@ -136,13 +136,25 @@ class Sam3Client:
         self.arrivals[stamp_ns(msg)] = time.time_ns()
 
     def prompt_of(self, detection: Any) -> str:
-        """The prompt text of a detection: its class id looked up in the LabelInfo received."""
+        """The prompt text of a detection: its class id looked up in the LabelInfo received.
+
+        ~/label_info and ~/detections are separate topics, so a detection of a class new to the
+        node (a box-only concept's 65535) may arrive before the LabelInfo naming it: wait for it.
+        """
         class_id = int(detection.results[0].hypothesis.class_id)
+        spin_until(self.probe, lambda: self._class_name(class_id) is not None, WAIT_LIMIT_S)
+        name = self._class_name(class_id)
+        if name is None:
+            raise AssertionError(f"class id {class_id} is in no LabelInfo received")
+        return name
+
+    def _class_name(self, class_id: int) -> str | None:
+        """The newest LabelInfo's name for ``class_id``, None while none names it."""
         for label_info in reversed(self.label_infos):
             for entry in label_info.class_map:
                 if entry.class_id == class_id:
                     return entry.class_name
-        raise AssertionError(f"class id {class_id} is in no LabelInfo received")
+        return None
 
     def _on_mask(self, msg: Image) -> None:
         self.masks[stamp_ns(msg)] = msg
