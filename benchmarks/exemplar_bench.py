@@ -82,10 +82,9 @@ def measure(size: str, device: str, repeats: int) -> list[list[str]]:
     for count in BOX_COUNTS:
         report.progress(f"exemplar boxes, {size} model: {count} boxes")
         boxes, labels = _boxes(count, rng)
-        (encode,) = report.alternating_times(
-            [partial(engine.encode_exemplars, drawn, [boxes], [labels])], repeats, clock=clock
+        encode = report.median_time(
+            partial(engine.encode_exemplars, drawn, [boxes], [labels]), repeats, clock=clock
         )
-        encode = statistics.median(encode)
         carried = engine.encode_exemplars(drawn, [boxes], [labels])
         plain, with_boxes = report.alternating_times(
             [partial(engine.decode, later, text), partial(engine.decode, later, text, exemplars=carried)],

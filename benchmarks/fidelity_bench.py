@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: (label, attention fidelity, approximate exp, fidelity of the qkv and output projections, fidelity
 #: of the MLP's fc1 and fc2); the first row is the setting before this measurement. The engine's own
-#: setting is measured as a row of its own, read from device_settings (engine_candidate).
+#: setting is measured as a row of its own, read from device_settings (engine_label).
 CANDIDATES = (
     ("attention HiFi4, exact exp (before)", "HiFi4", False, "HiFi2", "HiFi2"),
     ("attention HiFi4, approximate exp", "HiFi4", True, "HiFi2", "HiFi2"),
@@ -49,15 +49,14 @@ CANDIDATES = (
 )
 
 
-def engine_candidate(base: Any) -> tuple[str, str, bool, str, str]:
-    """The engine's ViT setting in CANDIDATES' form, read from its DeviceSettings (the row labelled
-    as the engine's is measured with those settings themselves, so it follows the engine)."""
+def engine_label(base: Any) -> str:
+    """The label of the engine's own row, read from its DeviceSettings (the row is measured with
+    those settings themselves, so it follows the engine)."""
     attention, projections, mlp = (
         _fidelity(kernel) for kernel in (base.vit_attention_kernel, base.matmul_kernel, base.vit_mlp_kernel)
     )
     exp = "approximate" if base.vit_exp_approx else "exact"
-    label = f"the engine's: attention {attention}, {exp} exp; projections {projections}; MLP {mlp}"
-    return label, attention, base.vit_exp_approx, projections, mlp
+    return f"the engine's: attention {attention}, {exp} exp; projections {projections}; MLP {mlp}"
 
 
 def _sharpen(model: Any, seed: int) -> None:
@@ -146,7 +145,7 @@ def measure(quick: bool) -> tuple[list[dict[str, Any]], Any]:
             for label, attention, approx, projections, mlp in CANDIDATES
         ]
         # The engine's row runs the engine's settings themselves, not a copy of their names.
-        for label, settings in [*candidates, (engine_candidate(base)[0], base)]:
+        for label, settings in [*candidates, (engine_label(base), base)]:
             for index in range(config.layers):
                 windowed = not config.is_global(index)
                 rows_in = hidden[index].reshape(config.tokens, config.hidden)
@@ -357,7 +356,7 @@ def main(quick: bool) -> None:
         f"ms of each block at 120 cores with the engine's chunks q {q_chunk} / k {k_chunk}"
     )
     table = []
-    for label, *_ in (*CANDIDATES, engine_candidate(base)):
+    for label in [*(candidate[0] for candidate in CANDIDATES), engine_label(base)]:
         found = {row["block"]: row for row in rows if row["candidate"] == label}
         line: list[object] = [label]
         for block in ("windowed", "global"):

@@ -116,13 +116,9 @@ def alternating_times(
     return samples
 
 
-def median_time(run: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of ``run`` in seconds, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
+def median_time(
+    run: Callable[[], object], repeats: int, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Median seconds of ``clock`` (wall time unless told) ``run`` takes, after ``warmup`` untimed calls."""
+    (samples,) = alternating_times([run], repeats, warmup, clock)
     return statistics.median(samples)
