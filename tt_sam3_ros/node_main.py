@@ -96,6 +96,9 @@ def _run(node: Sam3Node, stop: threading.Event) -> int:
                 pass
     finally:
         stop.set()
+        # From here the node is stopping: the frame in flight finishes, then the engine is
+        # released. A later signal has nothing left to cut short but that release.
+        _ignore_stop_signals()
         spinner.join()
         _drain(executor)
         executor.shutdown()
@@ -138,13 +141,15 @@ def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
 
 
 def _handle_stop_signals(stop: threading.Event) -> None:
-    """Make the first SIGINT/SIGTERM stop the node gracefully and a later one at once.
+    """Make the first SIGINT/SIGTERM stop the node gracefully; a later one during the model
+    load exits at once.
 
     The first sets ``stop``: the frame or model load in flight finishes, then the device
     is released. One arriving within DUPLICATE_SIGNAL_WINDOW_S of it is the same request
     delivered twice (a process-group SIGINT plus the one ``ros2 launch`` forwards) and is
-    ignored. A later one exits immediately, leaving the device to the driver's
-    process-exit cleanup, for a user who will not wait for a long model load.
+    ignored. A later one while the model still loads exits immediately, leaving the device
+    to the driver's process-exit cleanup, for a user who will not wait for it. Once the node
+    is stopping, ``_ignore_stop_signals`` takes over.
     """
     first_s: list[float] = []
 
@@ -161,3 +166,16 @@ def _handle_stop_signals(stop: threading.Event) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
+
+
+def _ignore_stop_signals() -> None:
+    """Ignore SIGINT/SIGTERM from the moment the node starts stopping until the process exits.
+
+    The stop is under way and ends with the device released and exit status 0; a further
+    signal (``ros2 launch`` and a terminal each send one) must not cut it short. SIG_IGN
+    rather than a Python handler: interpreter finalisation resets Python-level handlers to
+    the default action, under which a signal arriving while the process tears down would
+    kill it (status -2) after the release was logged. Main thread only, as ``signal`` requires.
+    """
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
