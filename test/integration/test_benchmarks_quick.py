@@ -8,6 +8,7 @@ tools/gpu_check.sh on the CPU, the very command the GPU check runs on CUDA.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -93,7 +94,11 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     assert "chip utilisation mean / min" in out and "4 chips: rate Hz / age p50 ms" in out
     # tracking: identities scored against ground truth, ours beside ByteTrack, and the cost per frame
     assert "== tracking: identity, 10% missed detections" in out
-    assert "ours (InstanceTracker: masks + motion)" in out and "ByteTrack (trackers 2.1.0)" in out
+    assert "ours (InstanceTracker: masks + motion)" in out
+    if importlib.util.find_spec("trackers") is not None:  # the numpy2 row installs it
+        assert "ByteTrack (trackers 2.1.0)" in out
+    else:
+        assert "ByteTrack not run: Roboflow's trackers is not installed" in out
     assert "== tracking: cost per frame at 1920x1080" in out
     # tracking, sam3 mode: SAM 3's tracker beside the image-only path, and its chip trace priced
     assert "== tracking: sam3 mode, cost per frame with the tiny models" in out

@@ -308,18 +308,6 @@ def test_readme_stays_short() -> None:
     assert len(README.read_bytes()) <= 15 * 1024
 
 
-def test_workspace_requirements_pin_what_core_pins() -> None:
-    """requirements/workspace.txt (the README's ROS 2 workspace install) matches core.txt's pins."""
-
-    def pins(name: str) -> dict[str, str]:
-        lines = (REPO / "requirements" / name).read_text().splitlines()
-        return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
-
-    workspace, core = pins("workspace.txt"), pins("core.txt")
-    assert workspace and all(core.get(name) == version for name, version in workspace.items())
-    assert "numpy" not in workspace, "the workspace install keeps the distribution's numpy"
-
-
 # -- examples -------------------------------------------------------------------------------------
 
 

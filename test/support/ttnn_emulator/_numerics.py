@@ -12,6 +12,7 @@ wheel decodes from its own packing bit for bit (tools/ttnn_conformance.py checks
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -125,6 +126,21 @@ def truncate_significand(values: torch.Tensor, bits: int) -> torch.Tensor:
     return (x.view(torch.int32) & mask).view(torch.float32)
 
 
+#: Host-kernel jitter (off unless TTNN_EMULATOR_JITTER_ULPS is set): every product below is scaled
+#: by 1 + u * ulps * 2^-24 with u uniform in [-1, 1], seeded by TTNN_EMULATOR_JITTER_SEED. float32
+#: matmuls and convolutions sum in another order on another CPU's kernels (MKL and oneDNN pick
+#: theirs by CPU), a few ulps apart; run a gate under jitter to see whether it holds on any host.
+JITTER_ULPS = float(os.environ.get("TTNN_EMULATOR_JITTER_ULPS", "0") or 0)
+_JITTER = torch.Generator().manual_seed(int(os.environ.get("TTNN_EMULATOR_JITTER_SEED", "0") or 0))
+
+
+def _jittered(values: torch.Tensor) -> torch.Tensor:
+    if not JITTER_ULPS:
+        return values
+    noise = torch.rand(values.shape, generator=_JITTER, dtype=torch.float32).mul_(2.0).sub_(1.0)
+    return values * noise.mul_(JITTER_ULPS * 2.0**-24).add_(1.0)
+
+
 def fidelity_product(
     activation: torch.Tensor,
     weight: torch.Tensor,
@@ -133,6 +149,15 @@ def fidelity_product(
 ) -> torch.Tensor:
     """product(activation, weight) (a matmul or a convolution) at a math fidelity
     ("LoFi", "HiFi2", "HiFi3", "HiFi4"), keeping the operand bits the matrix engine keeps."""
+    return _jittered(_fidelity_product(activation, weight, fidelity, product))
+
+
+def _fidelity_product(
+    activation: torch.Tensor,
+    weight: torch.Tensor,
+    fidelity: str,
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
     if fidelity == "HiFi4":
         return product(activation, weight)
     b_high = truncate_significand(activation, SRC_B_BITS)

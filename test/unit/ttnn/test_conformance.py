@@ -88,6 +88,9 @@ _SIGNATURES = """
 import json, sys
 sys.path.insert(0, "tools")
 import ttnn, ttnn_conformance as tc
+
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = pytest.mark.ttnn_wheel
 out = {}
 for name in json.loads(sys.argv[1]):
     try:

@@ -11,7 +11,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from ttnn_env import MOCK_TOOLS, run_mock_tool
+
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = pytest.mark.ttnn_wheel
 
 RUNNER = MOCK_TOOLS / "chips.py"
 

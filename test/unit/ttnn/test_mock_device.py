@@ -29,6 +29,9 @@ RUNNER = MOCK_TOOLS / "image_path.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import manifest, toolchain  # noqa: E402 - tools/ is not a package root
 
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = pytest.mark.ttnn_wheel
+
 #: (harvest mask, compute grid with worker dispatch): a real p150a has two Tensix columns off.
 GRIDS = {"harvested": (toolchain.HARVEST_MASKS["harvested"], (11, 10)), "unharvested": (0, (13, 10))}
 

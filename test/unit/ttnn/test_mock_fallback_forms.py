@@ -21,6 +21,9 @@ RUNNER = MOCK_TOOLS / "fallback_forms.py"
 sys.path.insert(0, str(REPO / "tools"))
 from ttnn_mock import fallback_forms  # noqa: E402 - tools/ is not a package root
 
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = pytest.mark.ttnn_wheel
+
 
 @pytest.mark.parametrize("size", fallback_forms.SIZES)
 def test_real_library_accepts_every_fallback_form(tmp_path, size):

@@ -28,6 +28,9 @@ from ttnn_mock.image_path import L1_BANK_BYTES  # noqa: E402
 
 from tt_sam3_ros.engines.ttnn_model.prompt_path import KEPT_QUERIES  # noqa: E402
 
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = pytest.mark.ttnn_wheel
+
 GRIDS = {"harvested": (toolchain.HARVEST_MASKS["harvested"], [11, 10]), "unharvested": (0, [13, 10])}
 MODULES = {
     "geometry_class_token",

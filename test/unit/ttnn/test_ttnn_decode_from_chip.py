@@ -15,6 +15,12 @@ import numpy as np
 from compare import pcc
 from test_ttnn_engine import PCC_GATE, reference_features
 
+#: Every query's decoded logits against the torch engine's. The chip's bfloat16 image features move
+#: the tiny model's 200 query logits measurably: PCC 0.9905 on one host's float32 kernels, 0.9887 on
+#: another's (an Intel Xeon with AMX), 0.9880-0.9898 over eight seeds of four-ulp host jitter
+#: (TTNN_EMULATOR_JITTER_ULPS=4, test/support/ttnn_emulator/_numerics.py), so PCC_GATE (0.99) sat
+#: inside the spread between hosts. Another frame's features give about 0.20 (the control).
+LOGITS_GATE = 0.98
 #: Instance scores in order within this of the torch engine's: a tenth of the tiny model's own
 #: spread over frames (>= 0.3, test/unit/test_tiny_model.py), so the features of another frame
 #: cannot pass. The chip's bfloat16 features (FPN maps at PCC 0.9997) move scores by up to 0.024.
@@ -29,16 +35,16 @@ MASK_AGREEMENT = 0.9
 
 
 def decode_gate(got, want, got_masks: np.ndarray, want_masks: np.ndarray) -> list[str]:
-    """What fails the decode gate (empty when it passes): logits, boxes and every mask at PCC >=
-    PCC_GATE, presence logits within PRESENCE_ATOL."""
+    """What fails the decode gate (empty when it passes): logits at PCC >= LOGITS_GATE, boxes and
+    every mask at PCC >= PCC_GATE, presence logits within PRESENCE_ATOL."""
     failures = [
         f"{name} PCC {value:.5f}"
-        for name, value in (
-            ("logits", pcc(got.logits, want.logits)),
-            ("boxes", pcc(got.boxes, want.boxes)),
-            ("masks", pcc(got_masks, want_masks)),
+        for name, value, gate in (
+            ("logits", pcc(got.logits, want.logits), LOGITS_GATE),
+            ("boxes", pcc(got.boxes, want.boxes), PCC_GATE),
+            ("masks", pcc(got_masks, want_masks), PCC_GATE),
         )
-        if not value >= PCC_GATE
+        if not value >= gate
     ]
     presence_error = float(np.abs(got.presence - want.presence).max())
     if presence_error > PRESENCE_ATOL:
@@ -85,7 +91,10 @@ def test_whole_pipeline_decodes_from_chip_features(emulator, tiny_model, tokeniz
         assert pcc(ours, theirs) >= PCC_GATE, (tuple(ours.shape), pcc(ours, theirs))
     failures = decode_gate(decoded, want, masks, want_masks)
     control = decode_gate(from_other, want, other_masks, want_masks)
-    print(f"decoded from the chip's features: {failures or 'gate passed'}; another frame's: {control}")
+    print(
+        f"decoded from the chip's features: logits PCC {pcc(decoded.logits, want.logits):.5f}, "
+        f"{failures or 'gate passed'}; another frame's: {control}"
+    )
     assert not failures
     assert {"logits", "masks"} <= {failure.split()[0] for failure in control}, control
 

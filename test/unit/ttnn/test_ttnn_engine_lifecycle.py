@@ -63,6 +63,7 @@ def _descriptor(root: Path, cores: int) -> Path:
     return root
 
 
+@pytest.mark.ttnn_wheel
 def test_the_probe_reads_the_installed_wheels_descriptor_as_cannot_open():
     """The real ttnn 0.81.1 wheel's descriptor lists 14 Ethernet dispatch cores (docs/design/facts.md,
     tt-metal review)."""
