@@ -216,9 +216,8 @@ def _has_parameter_hooks() -> bool:
 
     Asked per node, not at import, so a test can hide them and run the Humble path on any rclpy.
     """
-    return all(
-        hasattr(LifecycleNode, name)
-        for name in ("add_pre_set_parameters_callback", "add_post_set_parameters_callback")
+    return hasattr(LifecycleNode, "add_pre_set_parameters_callback") and hasattr(
+        LifecycleNode, "add_post_set_parameters_callback"
     )
 
 
