@@ -211,6 +211,16 @@ class _FrameOutputs:
                 points_pub.publish(messages_3d.cloud_to_message(answer.points, self._header))
 
 
+def _has_parameter_hooks() -> bool:
+    """Whether rclpy runs callbacks before and after a parameter set: Iron and later; not Humble.
+
+    Asked per node, not at import, so a test can hide them and run the Humble path on any rclpy.
+    """
+    return hasattr(LifecycleNode, "add_pre_set_parameters_callback") and hasattr(
+        LifecycleNode, "add_post_set_parameters_callback"
+    )
+
+
 def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[..., TransitionCallbackReturn]:
     """Log an exception escaping a transition callback and return ERROR.
 
@@ -231,6 +241,11 @@ def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[.
 class Sam3Node(LifecycleNode):
     """Managed node ``sam3``: images in, Detection2DArray + mono8 instance mask out."""
 
+    #: Set on an rclpy without pre/post set-parameters callbacks (Humble): ``set_parameters_atomically``
+    #: then coerces and applies itself. False until the callbacks are registered, so the startup
+    #: checks' own set goes straight to rclpy.
+    _parameter_hooks_emulated = False
+
     def __init__(self, stop_requested: threading.Event | None = None, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
         # Set by main's signal handler: a configure still loading gives up at once.
@@ -246,9 +261,7 @@ class Sam3Node(LifecycleNode):
         # Class ids stay with their prompt texts for the node's life (LabelInfo, class_id).
         self._class_ids = ClassIds()
         self._check_startup_parameters()
-        self.add_pre_set_parameters_callback(self._coerce_parameters)
-        self.add_on_set_parameters_callback(self._validate_parameter_change)
-        self.add_post_set_parameters_callback(self._apply_parameter_change)
+        self._register_parameter_callbacks()
 
         self._state = "unconfigured"
         # Decode, segment, track, 3D; the engine's counters (every camera's frames together)
@@ -343,6 +356,44 @@ class Sam3Node(LifecycleNode):
     def _coerce_parameters(parameters: list[Parameter]) -> list[Parameter]:
         """Before rclpy's checks: an integer given for a double is that double (threshold 0)."""
         return [coerced(parameter) for parameter in parameters]
+
+    def _register_parameter_callbacks(self) -> None:
+        """Coerce, validate and apply every later change (values given at start were checked above).
+
+        The validating callback must refuse with a reason before anything changes, so applying
+        waits until rclpy has stored the values. Iron's rclpy added callbacks that run before and
+        after a set; Humble's has only the validating one, so there ``set_parameters_atomically``
+        coerces before rclpy's checks and applies after rclpy's store itself: the same order, on
+        the same thread, before the caller (a parameter service) has its answer.
+        """
+        if _has_parameter_hooks():
+            self.add_pre_set_parameters_callback(self._coerce_parameters)
+            self.add_on_set_parameters_callback(self._validate_parameter_change)
+            self.add_post_set_parameters_callback(self._apply_parameter_change)
+            return
+        self._parameter_hooks_emulated = True
+        self.add_on_set_parameters_callback(self._validate_parameter_change)
+
+    def set_parameters(self, parameter_list: list[Parameter]) -> list[SetParametersResult]:
+        """rclpy's; on Humble one parameter at a time through ``set_parameters_atomically``, as
+        rclpy itself sets them, so each is coerced and applied as on Iron and later."""
+        if not self._parameter_hooks_emulated:
+            return super().set_parameters(parameter_list)
+        return [self.set_parameters_atomically([parameter]) for parameter in parameter_list]
+
+    def set_parameters_atomically(self, parameter_list: list[Parameter]) -> SetParametersResult:
+        """rclpy's; on Humble coerced first, so the descriptors' ranges judge the double an integer
+        means and the double is what is stored, and applied once rclpy has stored the values.
+
+        Humble's parameter services call this for ``ros2 param set`` and ``ros2 param load``.
+        """
+        if not self._parameter_hooks_emulated:
+            return super().set_parameters_atomically(parameter_list)
+        parameters = self._coerce_parameters(parameter_list)
+        result = super().set_parameters_atomically(parameters)
+        if result.successful:
+            self._apply_parameter_change(parameters)
+        return result
 
     def _with_class_ids(self, settings: RunSettings) -> RunSettings:
         """``settings`` with the class ids of its prompts (new prompts get the next ids)."""
@@ -762,17 +813,24 @@ class Sam3Node(LifecycleNode):
         if self._slot.put(frame):
             state.stats.count_dropped()
 
-    @staticmethod
-    def _boxes_publisher(camera: _Camera) -> bool:
+    def _boxes_publisher(self, camera: _Camera) -> bool:
         """Whether anyone publishes on the camera's prompt_boxes: only then are its frames kept
         to draw boxes on (each is a whole image message)."""
         subscription = camera.boxes_sub
         if subscription is None:
             return False
         try:
-            return subscription.get_publisher_count() > 0
+            return self._publisher_count(subscription) > 0
         except InvalidHandle:  # destroyed by a deactivate while the worker answers its last frame
             return False
+
+    def _publisher_count(self, subscription: Subscription) -> int:
+        """The publishers ``subscription`` is matched with; on Humble, whose subscriptions cannot
+        count them (Iron added that), the graph's publishers on its topic, which also counts one
+        whose QoS does not match (its frames are then kept for boxes that cannot arrive)."""
+        if hasattr(subscription, "get_publisher_count"):
+            return subscription.get_publisher_count()
+        return self.count_publishers(subscription.topic_name)
 
     def _on_prompt_boxes(self, camera: _Camera, msg: Detection2DArray) -> None:
         """Exemplar boxes drawn on a kept frame of this camera: that frame goes to the worker with

@@ -139,7 +139,8 @@ def test_overlay_is_published_while_subscribed(sam3: Sam3Client) -> None:
     overlays: list[Image] = []
     subscription = sam3.probe.create_subscription(Image, "/sam3/overlay", overlays.append, 5)
     try:
-        spin_until(sam3.probe, lambda: subscription.get_publisher_count() > 0, WAIT_LIMIT_S)
+        # count_publishers, not the subscription's own count: Humble's subscriptions have none.
+        spin_until(sam3.probe, lambda: sam3.probe.count_publishers(subscription.topic_name) > 0, WAIT_LIMIT_S)
         # Discovery is not symmetric: the node may see this subscription a moment after we
         # see its publisher, so give it up to three frames.
         for seed in (2, 3, 4):

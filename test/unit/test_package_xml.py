@@ -91,3 +91,13 @@ def test_setup_py_names_the_same_project_and_maintainer() -> None:
     assert keywords["maintainer"] == package.maintainers[0].name
     assert keywords["maintainer_email"] == package.maintainers[0].email
     assert keywords["version"] == package.version
+
+
+def test_vision_msgs_is_declared_at_a_version_with_label_info() -> None:
+    """The node latches vision_msgs/LabelInfo, which 4.0 does not have: rosdep and bloom must not
+    pair the package with an older vision_msgs."""
+    from catkin_pkg.package import parse_package
+
+    package = parse_package(str(REPOSITORY / "package.xml"))
+    (vision_msgs,) = [d for d in package.exec_depends if d.name == "vision_msgs"]
+    assert tuple(int(part) for part in (vision_msgs.version_gte or "0").split(".")) >= (4, 1, 0)

@@ -6,6 +6,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 vision_msgs = pytest.importorskip("vision_msgs.msg")
+topic_endpoint_info = pytest.importorskip("rclpy.topic_endpoint_info")
 
 # Upstream vision_msgs 4.x (ros-perception/vision_msgs), as a ROS 2 Kilted robot announces it.
 UPSTREAM_DETECTION2DARRAY_HASH = "RIHS01_214274120007f4a683866481336b70310268cfa107aebe9d594a6acf75bda968"
@@ -60,6 +61,11 @@ def test_fields_match_upstream(name: str) -> None:
     assert message_type.get_fields_and_field_types() == UPSTREAM_FIELDS[name]
 
 
+@pytest.mark.skipif(
+    not hasattr(topic_endpoint_info.TopicEndpointInfo, "topic_type_hash"),
+    reason="this rclpy reports no type hashes (Humble's rosidl has none): the fields, checked above, "
+    "are then the whole wire contract",
+)
 @pytest.mark.parametrize(
     ("name", "upstream_hash"),
     [
