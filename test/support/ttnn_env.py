@@ -1,14 +1,20 @@
-"""The one way the suite finds the real ttnn wheel's interpreter (.venv-ttnn) and runs a mock
-runner (tools/ttnn_mock) in it, and the one rule for a check that cannot run: on a developer's
-machine it is skipped with the reason; where the ``CI`` environment variable is set (.ci/run sets
-it) it fails with that reason, so a green CI run has really run it.
+"""The one way the suite finds the real ttnn wheel's interpreter and runs a mock runner
+(tools/ttnn_mock) in it, and the one rule for a check that cannot run: on a developer's machine it
+is skipped with the reason; where the ``CI`` environment variable is set (.ci/run sets it) it fails
+with that reason, so a green CI run has really run it.
+
+Which interpreter: the suite's own (``sys.executable``) when ttnn is importable there, as in the
+main environment (CPython 3.12 with ttnn 0.81.1 and real torch), so the runners drive the real
+library with real torch; else .venv-ttnn (`make ttnn-env`: the wheel without torch), as before.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,8 +40,20 @@ def cannot_run(reason: str) -> None:
     pytest.skip(reason)
 
 
+def suite_ttnn() -> Path | None:
+    """The ttnn package folder importable by the suite's own interpreter, or None; found without
+    importing ttnn (which takes seconds and imports torch)."""
+    spec = importlib.util.find_spec("ttnn")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def ttnn_python(check: str) -> Path:
-    """The interpreter of .venv-ttnn, or ``cannot_run`` naming ``check`` and why it is absent."""
+    """The suite's own interpreter when it imports ttnn, else that of .venv-ttnn, else
+    ``cannot_run`` naming ``check`` and why neither has the wheel."""
+    if suite_ttnn() is not None:
+        return Path(sys.executable)
     skipped = TTNN_VENV / "SKIPPED"
     if skipped.exists():
         cannot_run(f"{check} not run: {skipped.read_text().strip()}")
@@ -46,7 +64,11 @@ def ttnn_python(check: str) -> Path:
 
 
 def ttnn_package() -> Path:
-    """The installed ttnn package folder inside .venv-ttnn, or ``cannot_run``."""
+    """The ttnn package folder ttnn_python's interpreter imports (the suite's own, else the one
+    inside .venv-ttnn), or ``cannot_run``."""
+    own = suite_ttnn()
+    if own is not None:
+        return own
     packages = sorted(TTNN_VENV.glob("lib/python3.*/site-packages/ttnn"))
     if not packages:
         cannot_run("no .venv-ttnn with the real ttnn wheel; `make ttnn-env` makes it")
@@ -54,7 +76,7 @@ def ttnn_package() -> Path:
 
 
 def run_mock_tool(check: str, tool: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """One run of a mock runner (`tool`, with `args` and ``--json out``) in .venv-ttnn, as a
+    """One run of a mock runner (`tool`, with `args` and ``--json out``) in ttnn_python's interpreter, as a
     subprocess so a crash inside tt-metal fails one test, not pytest; returns the process and the
     JSON report it wrote ({} when it wrote none). Where the runner says the mock is unavailable
     (a wheel it was not written for), ``cannot_run`` naming ``check`` and the runner's reason."""

@@ -1,13 +1,14 @@
 """What the manifest-driven mock runners (prompt_layers.py, fallback_forms.py) share: their
 arguments and manifest, the engine's device modules imported without torch, the mock device
 they run on, the mock's scratch folder around the run, and the JSON report's ending. Runs in
-.venv-ttnn (no torch).
+the suite's interpreter where it has ttnn (with real torch), else in .venv-ttnn (no torch).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -49,9 +50,11 @@ def start(
 
 
 def import_modules() -> types.SimpleNamespace:
-    """The device modules, imported with a stand-in torch (their host helpers are not called here)."""
+    """The device modules, imported with a stand-in torch where torch is not installed (.venv-ttnn:
+    their host helpers are not called here); with the real torch where it is (the main environment)."""
     stand_in = types.ModuleType("torch")
-    sys.modules.setdefault("torch", stand_in)
+    if importlib.util.find_spec("torch") is None:
+        sys.modules.setdefault("torch", stand_in)
     try:
         from tt_sam3_ros.engines.ttnn_model import (
             attention,
