@@ -50,6 +50,7 @@ from .ttnn_model.device import (
     DISPATCH_MODES,
     WRITTEN_AGAINST_TTNN,
     BlackholeChips,
+    find_mock_cluster,
     find_simulator,
     load_ttnn,
     open_blackhole,
@@ -156,7 +157,8 @@ class TtnnEngine(Engine):
         weight_cache: directory for converted weights (a restart skips the conversion); None: no cache.
         use_trace: replay one captured trace per frame (default) or run the ops eagerly (debugging);
             off on a simulated chip (TT_METAL_SIMULATOR set: device.find_simulator), which runs
-            slow dispatch with one command queue.
+            slow dispatch with one command queue, and on a mock cluster (TT_METAL_MOCK_CLUSTER_DESC_PATH
+            set: device.find_mock_cluster), where ttnn 0.81.1 segfaults in trace capture.
         dispatch: "auto" (default: Ethernet dispatch when the installed build can open it, else
             worker, tt-metal's Blackhole default), "worker", or "ethernet" (tried, with a fallback
             to worker dispatch); see open_blackhole.
@@ -229,6 +231,15 @@ class TtnnEngine(Engine):
         if self.simulator is not None and use_trace:
             use_trace = False
             LOG.info("simulated Blackhole at %s: no trace (slow dispatch cannot capture one)", self.simulator)
+        #: The mock cluster descriptor tt-metal opens instead of chips (find_mock_cluster), or None.
+        self.mock_cluster = find_mock_cluster()
+        if self.mock_cluster is not None and use_trace:
+            use_trace = False
+            LOG.warning(
+                "mock Blackhole cluster %s: no trace (ttnn 0.81.1 segfaults in wait_for_event and trace "
+                "capture on a mock); nothing computes, every output reads back as zeros",
+                self.mock_cluster,
+            )
         self.device_id = device_id
         self._weight_dtype_name = weight_dtype
         self._closed = False
@@ -328,6 +339,8 @@ class TtnnEngine(Engine):
         emulated = " (emulated)" if getattr(self.ttnn, "IS_EMULATOR", False) else ""
         if self.simulator is not None:
             emulated += f" (simulated: {self.simulator}, no trace)"
+        if self.mock_cluster is not None:
+            emulated += f" (mock: {self.mock_cluster}, no trace)"
         prompt = self._require_prompt_path().describe()
         return {
             "engine": self.name,

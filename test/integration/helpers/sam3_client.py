@@ -40,12 +40,14 @@ def start_node(
     log_path: Path,
     program: list[str] | None = None,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[str]:
     """Start the node in its own process, ``-p name:=value`` for each param, output to ``log_path``.
 
     ``program`` replaces ``python -m tt_sam3_ros.node`` (a helper script, the console script).
     A file, not a pipe, takes the output: nobody reads a pipe while the tests run, and a full
-    one would block the node.
+    one would block the node. ``cwd``: the node's working folder (tt-metal writes generated/ into
+    it); None: this process's.
     """
     command = program or [sys.executable, "-m", "tt_sam3_ros.node"]
     command = [*command, "--ros-args"]
@@ -53,7 +55,12 @@ def start_node(
         command += ["-p", f"{name}:={value}"]
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
         )
 
 
@@ -300,13 +307,15 @@ def running_node(
     wait_for_subscription: bool = True,
     env: dict[str, str] | None = None,
     startup_timeout_s: float = WAIT_LIMIT_S,
+    cwd: Path | None = None,
 ) -> Iterator[Sam3Client]:
     """A node process plus a probe node talking to it; both torn down on exit.
 
     The client's ``process`` and ``log_path`` attributes let a test signal the node and
-    read its output. ``startup_timeout_s`` bounds the wait for its image subscription.
+    read its output. ``startup_timeout_s`` bounds the wait for its image subscription;
+    ``cwd`` is the node's working folder (start_node).
     """
-    process = start_node(params, log_path, program, env)
+    process = start_node(params, log_path, program, env, cwd)
     probe_lifetime = ros_test_node()
     probe = next(probe_lifetime)
     try:

@@ -86,6 +86,20 @@ def find_simulator(environ: Any = None) -> Path | None:
     return path
 
 
+#: tt-metal's mock cluster: a cluster descriptor that stands in for the chips, every driver call
+#: mocked (docs/design/facts.md, Mock p150a). Nothing is dispatched there, and ttnn 0.81.1
+#: segfaults on it in wait_for_event (DeviceCommand::add_dispatch_wait) and in trace capture
+#: (Buffer::address() under generate_trace_dispatch_commands), so a mock chip runs without a trace.
+MOCK_CLUSTER_ENV = "TT_METAL_MOCK_CLUSTER_DESC_PATH"
+
+
+def find_mock_cluster(environ: Any = None) -> Path | None:
+    """The cluster descriptor tt-metal mocks its chips from (MOCK_CLUSTER_ENV), or None when it is
+    unset (real chips are opened). Only a mock sets it: a robot's host never does."""
+    value = (os.environ if environ is None else environ).get(MOCK_CLUSTER_ENV, "")
+    return Path(value).expanduser() if value else None
+
+
 def load_ttnn(ttnn_module: Any = None) -> Any:
     """The injected module, else the environment's ttnn, with an actionable error if absent."""
     if ttnn_module is not None:
