@@ -58,7 +58,8 @@ MOST_ROUNDS = 4
 #: Liveness bounds, not speed checks (2 cores shared with other tests).
 STARTUP_TIMEOUT_S = 420.0
 ANSWER_TIMEOUT_S = 120.0
-pytestmark = pytest.mark.timeout(STARTUP_TIMEOUT_S + 2 * MOST_ROUNDS * ANSWER_TIMEOUT_S)
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = [pytest.mark.ttnn_wheel, pytest.mark.timeout(STARTUP_TIMEOUT_S + 2 * MOST_ROUNDS * ANSWER_TIMEOUT_S)]
 
 
 class Rig:

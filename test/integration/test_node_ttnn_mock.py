@@ -69,7 +69,8 @@ PARAMS_FILE_CHANGES = {
 #: "configured in 36.8 s").
 STARTUP_TIMEOUT_S = 300.0
 ANSWER_TIMEOUT_S = 120.0
-pytestmark = pytest.mark.timeout(STARTUP_TIMEOUT_S + 6 * ANSWER_TIMEOUT_S)
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = [pytest.mark.ttnn_wheel, pytest.mark.timeout(STARTUP_TIMEOUT_S + 6 * ANSWER_TIMEOUT_S)]
 
 
 def _params_file(folder: Path) -> Path:
