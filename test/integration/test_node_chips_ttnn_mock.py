@@ -59,7 +59,10 @@ MOST_ROUNDS = 4
 STARTUP_TIMEOUT_S = 420.0
 ANSWER_TIMEOUT_S = 120.0
 #: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
-pytestmark = [pytest.mark.ttnn_wheel, pytest.mark.timeout(STARTUP_TIMEOUT_S + 2 * MOST_ROUNDS * ANSWER_TIMEOUT_S)]
+pytestmark = [
+    pytest.mark.ttnn_wheel,
+    pytest.mark.timeout(STARTUP_TIMEOUT_S + 2 * MOST_ROUNDS * ANSWER_TIMEOUT_S),
+]
 
 
 class Rig:
