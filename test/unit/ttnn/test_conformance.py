@@ -17,6 +17,9 @@ import pytest
 import torch
 from ttnn_env import ttnn_python
 
+#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
+pytestmark = pytest.mark.ttnn_wheel
+
 REPO = Path(__file__).resolve().parents[3]
 TOOL = REPO / "tools" / "ttnn_conformance.py"
 SAMPLE = Path(__file__).parent / "fixtures" / "conformance_sample.py"
@@ -88,9 +91,6 @@ _SIGNATURES = """
 import json, sys
 sys.path.insert(0, "tools")
 import ttnn, ttnn_conformance as tc
-
-#: The real ttnn wheel runs these (the ubuntu24.04 row; other rows deselect them).
-pytestmark = pytest.mark.ttnn_wheel
 out = {}
 for name in json.loads(sys.argv[1]):
     try:
