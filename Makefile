@@ -28,7 +28,7 @@ HUMBLE_TESTS := test/unit --ignore=test/unit/ttnn $(wildcard test/integration/te
 NUMPY2_TESTS := test/unit --ignore=test/unit/ttnn test/integration/test_benchmarks_quick.py
 OTHER_ROWS_MARK := not slow and not ttnn_wheel
 
-.PHONY: setup test test-main test-humble test-numpy2 lint run bench clean
+.PHONY: setup test test-main test-humble test-numpy2 lint run bench clean ttnn-env
 
 setup:
 	@bash tools/bootstrap.sh
@@ -36,6 +36,11 @@ setup:
 lint: setup
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
+
+# The real ttnn wheel beside a venv that lacks it (another PLATFORM's): CPython 3.12, no torch. The
+# ubuntu24.04 row's .venv has ttnn itself, and the mock-p150a checks then run there with real torch.
+ttnn-env:
+	@bash tools/bootstrap_ttnn.sh
 
 # Everything the suite starts runs with ROS 2 discovery confined to this machine.
 # A test with no assertion fails the run before pytest starts (tools/check_test_assertions.py).

@@ -34,6 +34,7 @@ model on 11x10 only, and the tiny model's prompt trace (a smoke run: the numbers
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -45,7 +46,11 @@ from typing import Any
 from . import blackhole_host, calibration_report, prompt_trace, report, trace_cost
 
 REPO = Path(__file__).resolve().parents[1]
-TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
+#: The interpreter with the real ttnn wheel: this one where it imports ttnn (the ubuntu24.04 row),
+#: else a .venv-ttnn made by hand.
+TTNN_PYTHON = (
+    Path(sys.executable) if importlib.util.find_spec("ttnn") else REPO / ".venv-ttnn" / "bin" / "python"
+)
 RUNNER = REPO / "tools" / "ttnn_mock" / "image_path.py"
 ATTENTION_TOOL = REPO / "tools" / "ttnn_mock" / "sdpa_chunks.py"
 L1_BANK_BYTES = 1_428_352
@@ -432,7 +437,7 @@ def main(quick: bool) -> None:
     grids = dict(list(GRIDS.items())[:1]) if quick else GRIDS
     report.title(f"Blackhole image path on a mock p150a: {size} architecture")
     if not TTNN_PYTHON.exists():
-        print("not run: no .venv-ttnn (make ttnn-env makes it)")
+        print("not run: no ttnn in this environment (the ubuntu24.04 row has it)")
         return
     with tempfile.TemporaryDirectory(prefix="blackhole-bench-") as scratch:
         folder = Path(scratch)
@@ -452,7 +457,7 @@ def main(quick: bool) -> None:
         print(f"not run: {first['unavailable']}")
         return
     print(
-        f"settings: real ttnn {first['ttnn_version']} (.venv-ttnn) on a mock p150a, "
+        f"settings: real ttnn {first['ttnn_version']} on a mock p150a, "
         f"{first['dispatch']} dispatch, the engine's device settings; weights as the engine uploads "
         "them (zeros: nothing computes); one forward per table, NO_DISPATCH graph capture per stage or op"
     )

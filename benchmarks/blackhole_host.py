@@ -17,6 +17,7 @@ several calls after a warm-up call. Printed by `python -m benchmarks --only blac
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -29,7 +30,11 @@ import numpy as np
 from . import report
 
 REPO = Path(__file__).resolve().parents[1]
-TTNN_PYTHON = REPO / ".venv-ttnn" / "bin" / "python"
+#: The interpreter with the real ttnn wheel: this one where it imports ttnn (the ubuntu24.04 row),
+#: else a .venv-ttnn made by hand.
+TTNN_PYTHON = (
+    Path(sys.executable) if importlib.util.find_spec("ttnn") else REPO / ".venv-ttnn" / "bin" / "python"
+)
 #: The goal for host work per frame on the ttnn engine: a 1080p frame.
 BUDGET_MS = 5.0
 SOURCE = (1080, 1920)
@@ -138,10 +143,10 @@ def print_host_table(quick: bool = False) -> None:
         print(line)
     report.progress("host work: resize, normalise, patchify")
     here = host_times(repeats)
-    report.progress("host work: the wheel's conversions (.venv-ttnn)")
+    report.progress("host work: the wheel's conversions")
     wheel = wheel_conversions(repeats)
     if wheel is None:
-        print("wheel conversions not run: no .venv-ttnn (make ttnn-env makes it)")
+        print("wheel conversions not run: no ttnn in this environment (the ubuntu24.04 row has it)")
         wheel = {}
     import torch
 
