@@ -23,7 +23,7 @@ setup(
         "setuptools",
         "numpy>=1.21.5,<3",
         "opencv-python-headless>=4.5.4.60,<6",
-        "pillow>=9.0.1,<14",
+        "pillow>=9.1.0,<14",
         "scipy>=1.8.0,<2",
         "PyYAML>=6.0.1,<7",
     ],
