@@ -53,10 +53,10 @@ def test_every_declared_run_time_dependency_is_used() -> None:
 
 
 def test_libraries_that_pip_provides_are_not_declared_to_rosdep() -> None:
-    """README: the distributions' PyTorch is older than SAM 3 needs; core.txt pins the one tested."""
+    """README: the distributions' PyTorch is older than SAM 3 needs; core.txt ranges the ones tested."""
     assert [key for key in exec_depends() if key in FROM_PIP_ONLY] == []
     core = (REPOSITORY / "requirements" / "core.txt").read_text(encoding="utf-8")
-    assert "torch==" in core and "safetensors==" in core
+    assert "torch>=" in core and "safetensors>=" in core
 
 
 def test_package_xml_is_valid_and_says_where_the_project_lives() -> None:

@@ -65,6 +65,7 @@ def test_the_suites_own_interpreter_runs_the_mock_when_it_imports_ttnn(no_ttnn_e
     assert ttnn_env.ttnn_package() == wheel
 
 
+@pytest.mark.ttnn_wheel
 def test_suite_ttnn_is_the_importable_ttnn() -> None:
     spec = importlib.util.find_spec("ttnn")
     if spec is None:

@@ -439,7 +439,7 @@ def open_clip_pins(name: str) -> list[str]:
 
 def test_the_clip_vocabulary_is_a_run_time_requirement() -> None:
     """Meta's sam3.pt has no tokenizer: with the README's install (core.txt) it must still load."""
-    assert open_clip_pins("core.txt") == ["open-clip-torch==3.3.0"]
+    assert open_clip_pins("core.txt") == ["open-clip-torch>=3.3.0,<4"]
     assert open_clip_pins("dev.txt") == []
 
 
