@@ -39,7 +39,7 @@ from helpers.sam3_client import (
     stamp_now,
     stop_node,
 )
-from helpers.ttnn_mock_node import mock_environment
+from helpers.ttnn_mock_node import FAILURE_MARKS, mock_environment
 from lifecycle_msgs.msg import Transition
 from ros_harness import WAIT_LIMIT_S, spin_until
 from sensor_msgs.msg import Image
@@ -240,7 +240,8 @@ def test_cleanup_releases_the_chip_configure_opens_it_again_and_sigint_exits_0(s
     assert sam3.transition(Transition.TRANSITION_CLEANUP) and sam3.state() == "unconfigured"
     assert spin_until(sam3.probe, lambda: _released(sam3) == 1, WAIT_LIMIT_S), log_tail(sam3.log_path)
     unconfigured = _state_diagnostics(sam3, "unconfigured")
-    assert unconfigured["device"] == "0" and "prompt_path" not in unconfigured, unconfigured  # nothing held
+    # nothing held: the device is the parameter's, no chip described, no prompt path
+    assert "Blackhole" not in unconfigured["device"] and "prompt_path" not in unconfigured, unconfigured
     assert _log(sam3).count(opened) == 1
 
     assert sam3.transition(Transition.TRANSITION_CONFIGURE), log_tail(sam3.log_path)
@@ -254,5 +255,6 @@ def test_cleanup_releases_the_chip_configure_opens_it_again_and_sigint_exits_0(s
     log = _log(sam3)
     assert _released(sam3) == 2, log_tail(sam3.log_path)
     assert log.rindex("releasing the engine") < log.rindex("engine released: engine=ttnn")
-    assert "Traceback" not in log and "Segmentation fault" not in log, log_tail(sam3.log_path)
+    failures = [mark for mark in FAILURE_MARKS if mark in log]
+    assert not failures, (failures, log_tail(sam3.log_path))
     assert len(scores) == MAX_INSTANCES

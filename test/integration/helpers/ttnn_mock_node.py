@@ -23,6 +23,10 @@ from ttnn_env import cannot_run
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "tools"
+#: What in a node's log says the library or the process failed, whatever tt-metal's logger level:
+#: closing chips opened one call each (tied in ttnn 0.81.1) logs "TT_THROW: Cannot close device 0
+#: that has not been initialized!", a crash inside tt-metal "Segmentation fault".
+FAILURE_MARKS = ("Traceback", "Segmentation fault", "TT_THROW")
 #: Two Tensix columns off: the 11x10 compute grid (120 cores) of a real p150a.
 HARVESTED = 3
 
