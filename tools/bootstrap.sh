@@ -5,7 +5,7 @@
 #             ubuntu24.04  (default) Jazzy and Kilted's Ubuntu and the Blackhole owner: CPython 3.12,
 #                          the distribution's numpy, SciPy, Pillow and OpenCV, torch, ttnn 0.81.1
 #             ubuntu22.04  Humble's Ubuntu: CPython 3.10 with the distribution's numpy 1.21.5,
-#                          SciPy 1.8.0, Pillow 9.0.1, OpenCV 4.5.4
+#                          SciPy 1.8.0, OpenCV 4.5.4 (Pillow 9.1.0: the lowest transformers takes)
 #             numpy2       CPython 3.11 with numpy 2 and the newest OpenCV, SciPy and Pillow
 #   PYTHON    interpreter for the venv (default: the row's, found on PATH or under pyenv; with a
 #             sourced ROS 2, the system python3 that ROS 2 was built for)
