@@ -57,9 +57,8 @@ test-numpy2:
 	@env -u VENV -u PYTHON -u ROS PLATFORM=numpy2 bash tools/bootstrap.sh
 	$(SANDBOX) $(NUMPY2_VENV)/bin/python -m pytest -m "$(OTHER_ROWS_MARK)" $(NUMPY2_TESTS)
 
-# The main row's whole suite, then the numpy 2 row's tests. The Humble row (make test-humble) is
-# not part of it yet: 4 of its tests fail on Humble's OpenCV 4.5.4 and numpy 1.21.5 (docs/development.md).
-test: test-main test-numpy2
+# The main row's whole suite, then the other rows' tests (docs/development.md, "Platforms").
+test: test-main test-humble test-numpy2
 
 run: setup
 	$(VENV)/bin/sam3_node --ros-args --params-file config/sam3.yaml $(if $(MODEL),-p model_id:=$(MODEL)) $(ARGS)

@@ -592,6 +592,7 @@ def _bounce(position: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 def cost_table(settings: dict) -> None:
     size = (1080, 1920)
     rows = []
+    makers = (Ours, Greedy, ByteTrack) if bytetrack_installed() else (Ours, Greedy)
     # 255 objects as large as the 50 would cover the whole frame: they are made smaller.
     for count, semi_axes in ((50, (15, 80)), (255, (8, 40))):
         sequence = cost_frames(count, settings["cost_frames"], size, semi_axes=semi_axes)
@@ -599,7 +600,7 @@ def cost_table(settings: dict) -> None:
             size[0] * size[1]
         )
         timings = {}
-        for make in (Ours, Greedy, ByteTrack):
+        for make in makers:
             tracker = make(size)
             wall, cpu = [], []
             for frame in sequence:

@@ -16,7 +16,7 @@ every one stamped with the input image's header.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import cv2
 import numpy as np
@@ -77,6 +77,13 @@ _TO_RGB_CODES: dict[str, int] = {
     "bgra8": cv2.COLOR_BGRA2RGB,
     "mono8": cv2.COLOR_GRAY2RGB,
 }
+#: The same conversions in numpy, for the one frame size OpenCV 4.5.4 refuses (1x1).
+_ONE_PIXEL_TO_RGB: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "bgr8": lambda p: p[..., ::-1],
+    "rgba8": lambda p: p[..., :3],
+    "bgra8": lambda p: p[..., 2::-1],
+    "mono8": lambda p: np.repeat(p, 3, axis=2),
+}
 
 
 def pixel_rows(msg: Image, dtype: np.dtype, channels: int, what: str, kind: str = "image") -> np.ndarray:
@@ -115,6 +122,9 @@ def _to_rgb(pixels: np.ndarray, encoding: str) -> np.ndarray:
     """Reorder or widen (height, width, channels) pixels to RGB; rgb8 stays a view."""
     if encoding == "rgb8":
         return pixels
+    if pixels.shape[:2] == (1, 1):
+        # OpenCV 4.5.4 (Ubuntu 22.04's) cannot wrap a one-pixel array ("_step >= minstep").
+        return np.ascontiguousarray(_ONE_PIXEL_TO_RGB[encoding](pixels.reshape(1, 1, -1)))
     return cv2.cvtColor(pixels, _TO_RGB_CODES[encoding])
 
 
@@ -137,7 +147,8 @@ def compressed_to_rgb(msg: CompressedImage, max_side: int = preprocess.DEFAULT_M
 
     Raises:
         InputError: a payload that is neither JPEG nor PNG, one whose header declares a
-            side outside 2..``max_side``, or one OpenCV cannot decode.
+            side outside 2..``max_side``, a JPEG cut short (no end-of-image marker), or one
+            OpenCV cannot decode.
     """
     payload = np.frombuffer(msg.data, dtype=np.uint8)
     head = payload[:8].tobytes()
@@ -153,6 +164,8 @@ def compressed_to_rgb(msg: CompressedImage, max_side: int = preprocess.DEFAULT_M
     except InputError as error:
         raise InputError(f"corrupt {what}: {error}") from None
     preprocess.check_declared_size((width, height), what, max_side)
+    if head.startswith(preprocess.JPEG_MAGIC) and not preprocess.jpeg_is_complete(payload):
+        raise InputError(f"corrupt {what}: the JPEG ends before its end-of-image marker (cut short?)")
     bgr = cv2.imdecode(payload, cv2.IMREAD_COLOR)
     if bgr is None or bgr.size == 0:
         raise InputError(f"corrupt {what}: OpenCV could not decode it")

@@ -94,6 +94,17 @@ def declared_size(data: bytes | memoryview) -> tuple[int, int] | None:
     return None
 
 
+def jpeg_is_complete(data: bytes | memoryview) -> bool:
+    """Whether JPEG data ends with its end-of-image marker (FF D9), trailing zero padding aside.
+
+    A JPEG cut short (a dropped packet, a truncated file) must be refused before OpenCV sees it:
+    OpenCV 4.6 (Ubuntu 24.04's) and 4.5 (Ubuntu 22.04's) decode it with only a libjpeg warning,
+    the missing rows grey, where 4.11 refuses it. Only the end is read: an embedded thumbnail's
+    own marker cannot pass for the picture's.
+    """
+    return bytes(data[-_JPEG_TAIL_BYTES:]).rstrip(b"\x00").endswith(b"\xff\xd9")
+
+
 def check_declared_size(size: tuple[int, int], what: str, max_side: int) -> None:
     """Refuse a (width, height) outside the accepted sides, before anything is decoded."""
     width, height = size
@@ -109,6 +120,8 @@ def check_declared_size(size: tuple[int, int], what: str, max_side: int) -> None
 #: Leading bytes of a PNG file, and of a JPEG one (SOI and the next marker's 0xFF).
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8\xff"
+#: How much of a JPEG's end ``jpeg_is_complete`` reads (zero padding after the end marker included).
+_JPEG_TAIL_BYTES = 4096
 #: JPEG frame headers (SOF0..SOF15 less DHT, JPG and DAC), which carry the picture's size.
 _JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 #: JPEG markers with no length field after them (TEM, RST0..RST7, SOI).

@@ -57,6 +57,21 @@ def test_colour_encodings_decode_to_rgb(encoding: str, stored: np.ndarray, paddi
     np.testing.assert_array_equal(rgb, RGB)
 
 
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "rgba8", "bgra8", "mono8"])
+def test_a_one_pixel_frame_decodes_in_every_encoding(encoding: str) -> None:
+    # OpenCV 4.5.4 (Ubuntu 22.04's) refuses to convert a 1x1 array; the decode must not depend on it.
+    pixel = np.uint8([[[10, 20, 30, 40]]])
+    stored = {
+        "rgb8": pixel[..., :3],
+        "bgr8": pixel[..., 2::-1],
+        "rgba8": pixel,
+        "bgra8": pixel[..., [2, 1, 0, 3]],
+    }
+    want = np.uint8([[[10, 10, 10]]]) if encoding == "mono8" else pixel[..., :3]
+    rgb = image_to_rgb(_image(np.ascontiguousarray(stored.get(encoding, pixel[..., :1])), encoding, 2))
+    np.testing.assert_array_equal(rgb, want)
+
+
 @pytest.mark.parametrize("padding", [0, 3])
 def test_mono8_is_replicated_into_three_channels(padding: int) -> None:
     grey = RGB[:, :, 0]
@@ -151,6 +166,18 @@ def test_corrupt_jpeg_is_rejected() -> None:
     msg.data = b"\xff\xd8\xff\xe0" + bytes(200)
     with pytest.raises(ValueError, match="corrupt compressed image"):
         compressed_to_rgb(msg)
+
+
+@pytest.mark.parametrize("kept", [0.5, 0.99])
+def test_a_jpeg_cut_short_is_refused_whatever_opencv_would_make_of_it(kept: float) -> None:
+    # OpenCV 4.6 (Ubuntu 24.04's) decodes a truncated JPEG into grey rows with only a warning.
+    msg = _compressed(".jpg", RGB, "jpeg")
+    whole = bytes(msg.data)
+    msg.data = whole[: int(kept * len(whole))]
+    with pytest.raises(ValueError, match="the JPEG ends before its end-of-image marker"):
+        compressed_to_rgb(msg)
+    msg.data = whole + bytes(64)  # zero padding after the end marker, as some drivers send
+    assert compressed_to_rgb(msg).shape == RGB.shape
 
 
 @pytest.mark.parametrize("extension", [".png", ".jpg"])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 from frames import random_frame
@@ -51,8 +52,16 @@ def test_mask_pixels_are_blended_with_their_instance_colour() -> None:
         want = image[pixels] * 0.5 + 0.5 * colour
         np.testing.assert_allclose(overlay[pixels], want, atol=0.5 + 1e-6)  # rounded to the nearest
     untouched = np.ones(labels.shape, dtype=bool)
-    untouched[5:62, 25:95] = False  # first box, its outline and its label tab
-    untouched[60:117, 15:105] = False  # second box, outline and label tab
+    for shown, found in enumerate(result.instances, start=1):
+        x1, y1, x2, y2 = (int(v) for v in found.box)
+        untouched[y1 - 1 : y2 + 1, x1 - 1 : x2 + 1] = False  # the box and its 1 px outline
+        # The label tab above the box's corner: as wide as OpenCV's font draws the text (its
+        # metrics differ between OpenCV releases: 70 px for these labels in 4.6).
+        (width, height), baseline = cv2.getTextSize(
+            f"{shown} car {found.score:.2f}", cv2.FONT_HERSHEY_SIMPLEX, 0.4, 1
+        )
+        untouched[y1 - height - baseline - 1 : y1 + 1, x1 - 1 : x1 + width + 2] = False
+    assert untouched.sum() > 0.5 * untouched.size  # most of the frame is away from both
     np.testing.assert_array_equal(overlay[untouched], image[untouched])
     assert not np.shares_memory(overlay, image)
 

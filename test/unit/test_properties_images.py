@@ -161,6 +161,8 @@ def _encoded(extension: str, height: int, width: int, seed: int) -> bytes:
     """
     rng = np.random.default_rng(seed)
     channels = [1, 3, 3, 4][seed % 4] if extension == ".png" else [1, 3][seed % 2]
+    if extension == ".tiff" and (height, width) == (1, 1):
+        channels = 1  # OpenCV 4.5.4's TIFF writer fails on a one-pixel colour image
     deep = extension == ".png" and seed % 3 == 0
     pixels = rng.integers(
         0, 65536 if deep else 256, (height, width, channels), dtype=np.uint16 if deep else np.uint8
