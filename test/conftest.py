@@ -6,7 +6,8 @@ plain `pytest` call, and every child process the tests start inherits them.
 test/support (the suite's helpers: frames, compare, random_weights, the ttnn emulator) is put
 on sys.path here, so any test imports them by module name.
 
-`--reverse` runs the collected tests backwards (order independence).
+`--reverse` runs the collected tests backwards (order independence). Under pytest-xdist each
+worker gets a ROS domain of its own.
 
 Property tests run under one hypothesis profile, loaded here: no per-example deadline (a loaded
 CI machine makes any wall-clock bound flaky) and no too-slow health check; a test file sets only
@@ -30,9 +31,17 @@ SUPPORT = Path(__file__).resolve().parent / "support"
 if str(SUPPORT) not in sys.path:
     sys.path.insert(0, str(SUPPORT))
 
+from ros_domain import worker_domain_id  # noqa: E402 (test/support is on sys.path from here)
+
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ["ROS_LOCALHOST_ONLY"] = "1"
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
+# pytest-xdist's workers (`make test` runs two) share one network namespace and would share one
+# domain: two tests' nodes, both /sam3, would then see each other's topics. Each worker takes the
+# next domain id after the run's own.
+os.environ["ROS_DOMAIN_ID"] = str(
+    worker_domain_id(int(os.environ["ROS_DOMAIN_ID"]), os.environ.get("PYTEST_XDIST_WORKER", ""))
+)
 # Nothing in the suite may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ros_domain import worker_domain_id
 from ttnn_env import cannot_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,3 +123,13 @@ def test_the_sandbox_keeps_a_domain_id_it_is_given(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "42"
+
+
+def test_each_pytest_worker_has_a_domain_of_its_own() -> None:
+    """`make test` runs two pytest-xdist workers in one network namespace: were their domains the
+    same, one test's /sam3 would answer another's subscriptions."""
+    for run_domain in (1, 42, 99, 100):
+        domains = [worker_domain_id(run_domain, f"gw{n}") for n in range(8)]
+        assert len(set(domains)) == 8, domains
+        assert all(1 <= domain <= 100 for domain in domains), domains
+        assert worker_domain_id(run_domain, "") == run_domain

@@ -1,7 +1,7 @@
 """The Blackhole code's ttnn calls against the real ttnn 0.81.1 wheel, and bfloat8_b bit-exactness.
 
-The wheel lives in .venv-ttnn (CPython 3.12; `make test` creates it through `make ttnn-env`),
-so the check runs there as a subprocess; this side compares its bfloat8_b packing with the
+The check runs as a subprocess in the interpreter that has the wheel (the suite's own in the
+ubuntu24.04 row, else .venv-ttnn from `make ttnn-env`); this side compares its bfloat8_b packing with the
 emulator's, since only this environment has torch.
 """
 

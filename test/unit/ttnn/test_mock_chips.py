@@ -1,8 +1,9 @@
 """Several chips in one process, by the real ttnn 0.81.1 library on a mock of unlinked p150 boards.
 
-tools/ttnn_mock/chips.py runs in .venv-ttnn as a subprocess (a crash inside tt-metal fails one
-test, and the negative control's crash is what it shows). Each run takes about 20 s here, most of
-it the library's first program build for the tiny image path: the real library is the point.
+tools/ttnn_mock/chips.py runs as a subprocess of the interpreter with the wheel
+(test/support/ttnn_env.py): a crash inside tt-metal fails one test, and the negative control's
+crash is what it shows. Each run takes about 20 s, most of it the library's first program build
+for the tiny image path: the real library is the point.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The engine's image path run by the real ttnn 0.81.1 library on a MOCK p150a (no card).
 
-tools/ttnn_mock/image_path.py runs in .venv-ttnn (CPython 3.12, the wheel; `make test` makes
-it through `make ttnn-env`) as a subprocess, so a crash inside tt-metal fails one test
-instead of killing pytest. This side writes the weights manifest (names, roles, shapes of
-the engine's prepared weights; the 3.12 environment has no torch) and checks the report.
+tools/ttnn_mock/image_path.py runs as a subprocess of the interpreter with the wheel
+(test/support/ttnn_env.py: the suite's own in the ubuntu24.04 row), so a crash inside tt-metal
+fails one test instead of killing pytest. This side writes the weights manifest (names, roles,
+shapes of the engine's prepared weights, for a .venv-ttnn without torch) and checks the report.
 
 What the mock checks: every call's validation in the real library (shapes, layouts,
 dtypes, program configs), program-factory selection, circular-buffer sizing and the real

@@ -1,6 +1,6 @@
 """The warm-up checks' fallback forms run by the real ttnn 0.81.1 library on a MOCK p150a (no card).
 
-tools/ttnn_mock/fallback_forms.py runs in .venv-ttnn as a subprocess; this side writes its
+tools/ttnn_mock/fallback_forms.py runs as a subprocess of the interpreter with the wheel; this side writes its
 manifest (the sizes) and checks the report: every form the engine falls back to when a stage
 fails its warm-up check (the convs' taps form at every neck level and both pixel-decoder stages,
 the composite GroupNorm, ttnn.topk on the padded row, host top-k's stand-in rows) is accepted by

@@ -1,18 +1,17 @@
 """The prompt path's TT-NN modules run by the real ttnn 0.81.1 library on a MOCK p150a (no card).
 
-tools/ttnn_mock/prompt_layers.py runs in .venv-ttnn as a subprocess (a crash inside tt-metal fails
-one test, not pytest); this side writes its manifest. The mock checks what the real library checks
-on the host (validation, program factories, circular buffers, the allocator), not numerics; the
-modules are not in the engine yet, so each is called once, eagerly, as the engine will call it
-(the geometry encoder's class token once per image, the others for a batch of prompts). Then
-the composed path as the engine runs it: ChipPromptPath.compile (its _forward for buckets of 1
-and 4 prompts, each followed by the kept rows' mask read and the fallback's _mask_rows) on device
-buffers shaped like the image trace's outputs, and a class tile of the wrong height, which the
-real library must refuse. Each bucket's forward and mask reads run once more stage by stage
-under NO_DISPATCH graph captures: each stage's per-core peak is printed with its headroom and
-must fit the L1 bank (at both sizes, on the harvested 11x10 and the 13x10 grid, for 1 and 4
-prompts).
-"""
+tools/ttnn_mock/prompt_layers.py runs as a subprocess of the interpreter with the wheel (a crash
+inside tt-metal fails one test, not pytest); this side writes its manifest. The mock checks what
+the real library checks on the host (validation, program factories, circular buffers, the
+allocator), not numerics; the modules are not in the engine yet, so each is called once, eagerly,
+as the engine will call it (the geometry encoder's class token once per image, the others for a
+batch of prompts). Then the composed path as the engine runs it: ChipPromptPath.compile (its
+_forward for buckets of 1 and 4 prompts, each followed by the kept rows' mask read and the
+fallback's _mask_rows) on device buffers shaped like the image trace's outputs, and a class tile of
+the wrong height, which the real library must refuse. Each bucket's forward and mask reads run once
+more stage by stage under NO_DISPATCH graph captures: each stage's per-core peak is printed with
+its headroom and must fit the L1 bank (at both sizes, on the harvested 11x10 and the 13x10 grid,
+for 1 and 4 prompts)."""
 
 from __future__ import annotations
 
