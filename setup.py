@@ -49,8 +49,8 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            f"sam3_node = {PACKAGE}.node:main",
-            f"tt-sam3 = {PACKAGE}.cli:main",
+            f"sam3_node = {PACKAGE}.ros.main:main",
+            f"tt-sam3 = {PACKAGE}.cli.main:main",
         ],
     },
 )

@@ -114,7 +114,7 @@ def host_times(repeats: int) -> dict[str, float]:
     """Each path's host stages here, on one 1080p frame (seconds, medians)."""
     import torch
 
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
     from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig
 
     config = ImagePathConfig(

@@ -41,7 +41,7 @@ SCALE_1_MAP = {"shape": [1, 1, 72 * 72, 256], "layout": "TILE", "dtype": "BFLOAT
 def _model(size: str):
     """The tiny model or the full-size one, random weights from seed 0 (the full size as the
     suite's full-size tests build it: test/support/random_weights.py)."""
-    from tt_sam3_ros.tiny_model import build_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3
 
     if size == "tiny":
         return build_tiny_sam3(seed=0)
@@ -68,7 +68,7 @@ def measure(size: str, device: str, repeats: int) -> list[list[str]]:
     torch thread (main sets it), which other processes on the cores move far less than wall time.
     """
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     # CPU seconds of this process on the CPU; wall time where the work runs on a GPU.
     clock = time.process_time if device == "cpu" else time.perf_counter

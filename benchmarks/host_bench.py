@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tt_sam3_ros import depth
-from tt_sam3_ros.segmenter import Sam3Segmenter
+from tt_sam3_ros.core import depth
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
 from . import report, scenes
 from .engines import CannedEngine
@@ -61,7 +61,7 @@ def bgr8_message(rgb: np.ndarray):
 
 def naive_postprocess(engine: CannedEngine, image_size: tuple[int, int], threshold: float) -> np.ndarray:
     """Kept masks upsampled over the whole image (transformers' way), then the label image."""
-    from tt_sam3_ros import postprocess
+    from tt_sam3_ros.core import postprocess
 
     decoded = engine.decoded
     selection = postprocess.select_instances(decoded.logits, decoded.presence, threshold, 255)
@@ -166,7 +166,7 @@ def depth_inputs(frame: Frame, result) -> tuple:
 
 def measure(frame: Frame, repeats: int) -> dict[str, float]:
     """Median milliseconds of every host step for ``frame``, ours and naive."""
-    from tt_sam3_ros import messages
+    from tt_sam3_ros.ros import messages
 
     segmenter = Sam3Segmenter(frame.engine)
     view = messages.image_to_rgb(frame.msg)
@@ -221,7 +221,7 @@ def busy_cores() -> Iterator[int]:
 
 def check_labels(frame: Frame) -> float:
     """Our crop-wise labels equal the naive full-upsample labels; returns the mean instance area (%)."""
-    from tt_sam3_ros import messages
+    from tt_sam3_ros.ros import messages
 
     result = Sam3Segmenter(frame.engine)(messages.image_to_rgb(frame.msg), ["car"])
     assert len(result.instances) == frame.count, "the canned outputs must give every instance"
@@ -249,7 +249,7 @@ def check_depth(frame: Frame) -> tuple[float, float, float]:
 
 def main(quick: bool) -> None:
     """Print the host table: per-step milliseconds, ours vs naive, idle and with the cores busy."""
-    from tt_sam3_ros.overlay import draw_overlay
+    from tt_sam3_ros.core.overlay import draw_overlay
 
     settings = QUICK if quick else FULL
     height, width = settings["size"]

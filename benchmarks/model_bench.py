@@ -71,7 +71,7 @@ def build_setup(quick: bool) -> Setup:
     """The full-size SAM 3 with random weights (or the tiny one), the real CLIP tokenizer."""
     from transformers import Sam3Config, Sam3ImageProcessor, Sam3Model, Sam3Processor
 
-    from tt_sam3_ros.tiny_model import build_tiny_sam3, clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, clip_tokenizer
 
     tokenizer = clip_tokenizer()
     processor = Sam3Processor(image_processor=Sam3ImageProcessor(), tokenizer=tokenizer)
@@ -150,8 +150,8 @@ def run_ours(setup: Setup, prompts: list[str], dtype: str) -> Run:
 
     Converts ``setup.model`` to ``dtype`` in place (TorchEngine does), so bf16 runs go last.
     """
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     engine = RecordingEngine(TorchEngine(setup.model, setup.tokenizer, device="cpu", dtype=dtype))
 
@@ -193,7 +193,7 @@ def prompt_path_ablation(setup: Setup, prompts: list[str]) -> tuple[float, float
     from transformers.modeling_outputs import BaseModelOutputWithPooling
     from transformers.models.sam3.modeling_sam3 import Sam3VisionEncoderOutput
 
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
     from tt_sam3_ros.engines.torch_engine import TorchEngine
 
     engine = TorchEngine(setup.model, setup.tokenizer, device="cpu", dtype="float32")

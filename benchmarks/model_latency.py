@@ -178,7 +178,7 @@ def clip_tokenizer_or_stand_in() -> tuple[Any, str]:
     tokens, start and end last) but no merges, so texts split into more tokens; every text
     is padded to 32 tokens either way, so the text encoder does the same work.
     """
-    from tt_sam3_ros.tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     try:
         return clip_tokenizer(), "CLIP BPE tokenizer"
@@ -190,7 +190,7 @@ def _stand_in_tokenizer() -> Any:
     from transformers import CLIPTokenizer
 
     from tt_sam3_ros.engines.base import TEXT_CONTEXT
-    from tt_sam3_ros.tiny_model import _byte_alphabet
+    from tt_sam3_ros.weights.tiny_model import _byte_alphabet
 
     alphabet = _byte_alphabet()
     tokens = [*alphabet, *(c + "</w>" for c in alphabet)]
@@ -250,7 +250,7 @@ def throughput_line(flops: float, rows: list[StageRow]) -> str:
 
 def everything(engine: Any, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
     """(scores (P, Q), mask logits (P, Q, 288, 288)) of every query of a decoded batch."""
-    from tt_sam3_ros.postprocess import sigmoid
+    from tt_sam3_ros.core.postprocess import sigmoid
 
     count, queries = decoded.logits.shape
     masks = engine.fetch_masks(
@@ -268,9 +268,9 @@ def compare(ours: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nda
 
 def correctness(settings: Settings, tokenizer: Any, outcome: Outcome) -> None:
     """The tiny model on the device in bf16 (the CUDA default) vs the CPU in fp32, same weights."""
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.tiny_model import build_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3
 
     report.progress("correctness: tiny model on the device vs the CPU in fp32")
     pixels = preprocess.resize_to_model(scenes.picture(480, 640))
@@ -338,8 +338,8 @@ def stage_row(
     settings: Settings, segmenter: Any, image: np.ndarray, prompts: list[str], mode: str
 ) -> StageRow:
     """Each stage alone, then whole frames, for one prompt set; the memory peak over all of it."""
-    from tt_sam3_ros import preprocess
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core import preprocess
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     engine = segmenter.engine
     clock, memory = Clock(settings.device), Memory(settings.device)
@@ -491,10 +491,10 @@ def compiled_rows(
     outcome: Outcome,
 ) -> None:
     """``compile_image_encoder=True``: compile time, the stage table, agreement with eager."""
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.base import EngineError
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     try:
         engine = TorchEngine(model, tokenizer, device=str(settings.device), compile_image_encoder=True)
@@ -528,10 +528,10 @@ def compiled_rows(
 
 def main(settings: Settings) -> list[str]:
     """Run the four parts; returns the failures (empty when everything ran within bounds)."""
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
-    from tt_sam3_ros.tiny_model import build_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3
 
     outcome = Outcome()
     start = time.perf_counter()

@@ -116,7 +116,7 @@ def model_config(size: str) -> Any:
     """transformers' Sam3Config at SAM 3's size ("full") or the project's tiny model ("tiny")."""
     from transformers import Sam3Config
 
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     if size not in ("full", "tiny"):
         raise ValueError(f"size {size!r} is not 'full' or 'tiny'")

@@ -64,8 +64,8 @@ def load_truth(path: Path, classes: list[int] | None = None) -> Truth:
 
 def clip_frames(clip: Path) -> Iterator[np.ndarray]:
     """uint8 RGB frames of a video file, or of a folder's pictures in name order."""
-    from tt_sam3_ros.preprocess import load_image
-    from tt_sam3_ros.video import frames
+    from tt_sam3_ros.core.preprocess import load_image
+    from tt_sam3_ros.core.video import frames
 
     if clip.is_dir():
         for picture in sorted(p for p in clip.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
@@ -80,7 +80,7 @@ def frame_rate(clip: Path, fps: float | None) -> float:
     if fps is not None:
         return fps
     if not clip.is_dir():
-        from tt_sam3_ros.video import probe
+        from tt_sam3_ros.core.video import probe
 
         return probe(clip).fps
     seqinfo = clip.parent / "seqinfo.ini"
@@ -97,8 +97,8 @@ Track = Callable[[np.ndarray, float], list[tuple[int, tuple[float, float, float,
 
 
 def association_mode(args: argparse.Namespace) -> Track:
-    from tt_sam3_ros.segmenter import Sam3Segmenter
-    from tt_sam3_ros.tracking import InstanceTracker
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.tracking import InstanceTracker
 
     segmenter = Sam3Segmenter.from_pretrained(
         model_id=args.model, weights_dir=args.weights_dir, engine="torch", device=args.device
@@ -113,7 +113,7 @@ def association_mode(args: argparse.Namespace) -> Track:
 
 
 def sam3_mode(args: argparse.Namespace) -> Track:
-    from tt_sam3_ros.video_tracker import Sam3VideoTracker, keep_best
+    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, keep_best
 
     tracker = Sam3VideoTracker.from_pretrained(
         model_id=args.model, weights_dir=args.weights_dir, device=args.device or "cpu"

@@ -4,7 +4,7 @@
 
 Everything but the engine is the node's own code (main, lifecycle, newest-frame worker,
 publishers, diagnostics). The slowdown is injected by wrapping the segmenter's engine as
-the node builds it, since ``node.main`` constructs Sam3Node itself.
+the node builds it, since ``tt_sam3_ros.ros.main`` constructs Sam3Node itself.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tt_sam3_ros import node
+from tt_sam3_ros.ros import main as process
+from tt_sam3_ros.ros import node
 
 from .engines import SlowEngine
 
@@ -31,7 +32,7 @@ def slow_down(extra_seconds: float) -> None:
 
 def main() -> int:
     slow_down(float(sys.argv[1]))
-    return node.main(sys.argv[2:])
+    return process.main(sys.argv[2:])
 
 
 if __name__ == "__main__":

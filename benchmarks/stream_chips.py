@@ -1,6 +1,6 @@
 """Stream section, several chips: 8 cameras at 15 Hz each dealt across 1, 2 and 4 chips.
 
-No chip and no ROS: the node's own dealing code (tt_sam3_ros.chips.ChipPool over one
+No chip and no ROS: the node's own dealing code (tt_sam3_ros.runtime.chips.ChipPool over one
 worker.FrameSlot: each chip, when free, takes the next camera's newest frame; a camera's outputs
 leave in the order its frames were taken) runs with a stand-in engine per chip that holds its
 chip for the calibrated cost model's prediction of one frame on a p150a (1 prompt, chip prompt
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tt_sam3_ros.chips import Chip, ChipPool
-from tt_sam3_ros.worker import Frame, FrameSlot
+from tt_sam3_ros.runtime.chips import Chip, ChipPool
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
 from . import figures, report
 
@@ -206,8 +206,8 @@ def main(quick: bool, chip_counts: tuple[int, ...] = CHIP_COUNTS) -> list[Run]:
     print(
         f"stand-in engine per chip: holds the chip {frame_s * 1000:.1f} ms per frame, the calibrated cost "
         f"model's prediction for a p150a (1 prompt, chip prompt path; benchmarks/results/blackhole.json, "
-        f"{source}), not a measurement; the node's dealing (tt_sam3_ros.chips.ChipPool), no ROS, no host "
-        f"work per frame; each run streams {seconds:.0f} s"
+        f"{source}), not a measurement; the node's dealing (tt_sam3_ros.runtime.chips.ChipPool), no ROS, "
+        f"no host work per frame; each run streams {seconds:.0f} s"
     )
     runs = []
     for count in chip_counts:

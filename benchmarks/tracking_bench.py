@@ -10,7 +10,7 @@ visible) with noise: missed detections, box and mask jitter, false positives of 
 prompts, scores just above the threshold.
 
 Every tracker gets the same detections:
-- ours: ``tt_sam3_ros.tracking.InstanceTracker`` (mask IoU on crops, prompt gate, motion);
+- ours: ``tt_sam3_ros.core.tracking.InstanceTracker`` (mask IoU on crops, prompt gate, motion);
 - greedy IoU: boxes of the same prompt matched greedily by IoU, no motion, same ages;
 - ByteTrack (Roboflow's ``trackers``, a Kalman filter on boxes, two score tiers): as shipped
   (class-agnostic) and one tracker per prompt; detections it leaves without an id are not
@@ -38,8 +38,8 @@ from importlib.metadata import version
 import cv2
 import numpy as np
 
-from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.tracking import DEFAULT_MAX_AGE_FRAMES, InstanceTracker
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.tracking import DEFAULT_MAX_AGE_FRAMES, InstanceTracker
 
 from . import report
 

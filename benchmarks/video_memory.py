@@ -54,8 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from benchmarks.scenes import moving_objects_clip
-    from tt_sam3_ros.tiny_model import TINY_VIDEO_SIDE, build_tiny_sam3_video, tiny_sam3_video_processor
-    from tt_sam3_ros.video_tracker import Sam3VideoTracker, _tensors
+    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, _tensors
+    from tt_sam3_ros.weights.tiny_model import (
+        TINY_VIDEO_SIDE,
+        build_tiny_sam3_video,
+        tiny_sam3_video_processor,
+    )
 
     torch.set_num_threads(1)
     side = args.image_side or TINY_VIDEO_SIDE

@@ -136,10 +136,10 @@ def stream_costs(tracker: Any, clip: list[np.ndarray], count: int, clock: StageC
 
 def image_only_costs(clip: list[np.ndarray], count: int) -> list[FrameCost]:
     """The tiny image model's Sam3Segmenter plus InstanceTracker on the same frames."""
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.tracking import InstanceTracker
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
-    from tt_sam3_ros.tiny_model import build_tiny_sam3, clip_tokenizer
-    from tt_sam3_ros.tracking import InstanceTracker
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, clip_tokenizer
 
     segmenter = Sam3Segmenter(TorchEngine(build_tiny_sam3(seed=0), clip_tokenizer(), device="cpu"))
     tracker = InstanceTracker()
@@ -182,8 +182,12 @@ def _row(name: str, costs: list[FrameCost]) -> list[object]:
 
 def tiny_table(quick: bool) -> None:
     from benchmarks.scenes import moving_objects_clip
-    from tt_sam3_ros.tiny_model import TINY_VIDEO_SIDE, build_tiny_sam3_video, tiny_sam3_video_processor
-    from tt_sam3_ros.video_tracker import Sam3VideoTracker
+    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker
+    from tt_sam3_ros.weights.tiny_model import (
+        TINY_VIDEO_SIDE,
+        build_tiny_sam3_video,
+        tiny_sam3_video_processor,
+    )
 
     settings = QUICK if quick else TINY
     clip = moving_objects_clip(30, height=240, width=320)
@@ -248,12 +252,12 @@ def full_size_model(objects: int) -> Any:
 
 def full_size_tables(quick: bool) -> None:
     from benchmarks.scenes import moving_objects_clip
-    from tt_sam3_ros.video_tracker import Sam3VideoTracker
+    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker
 
     if quick:
         print("\n(tracking: the full-size sam3 rows are not in --quick)")
         return
-    from tt_sam3_ros.tiny_model import tiny_sam3_video_processor
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_video_processor
 
     report.progress("building SAM 3's full-size video model (random weights)")
     model = full_size_model(FULL_SIZE_OBJECTS)
@@ -312,7 +316,7 @@ def full_size_tables(quick: bool) -> None:
 
 def state_table(tracker: Any) -> None:
     """Bytes per object and kept frame of each tensor the session keeps, and per object at the caps."""
-    from tt_sam3_ros.video_tracker import MEMORY_KEYS
+    from tt_sam3_ros.core.video_tracker import MEMORY_KEYS
 
     session = tracker._session
     outputs = next(iter(session.output_dict_per_obj.values()))

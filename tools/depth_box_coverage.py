@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from tt_sam3_ros import depth
+from tt_sam3_ros.core import depth
 
 LIMITS = depth.DepthLimits(min_m=0.1, max_m=10.0, min_points=20)
 HEIGHT, WIDTH = 480, 640

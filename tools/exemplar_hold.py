@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tt_sam3_ros.cli import parse_box
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.exemplars import Exemplar
-from tt_sam3_ros.results import SegmentationResult
-from tt_sam3_ros.segmenter import Sam3Segmenter
-from tt_sam3_ros.video import frames
+from tt_sam3_ros.cli.main import parse_box
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.exemplars import Exemplar
+from tt_sam3_ros.core.results import SegmentationResult
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
+from tt_sam3_ros.core.video import frames
 
 MATCH_IOU = 0.5
 

@@ -39,7 +39,7 @@ def _maps(engine, image: np.ndarray) -> list[np.ndarray]:
 
 def test_chips_opened_together_serve_the_same_maps_and_close_one_at_a_time(blackhole, chip_ids):
     from tt_sam3_ros.engines.ttnn_engine import BlackholeChips, TtnnEngine
-    from tt_sam3_ros.tiny_model import build_tiny_sam3, clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, clip_tokenizer
 
     model, tokenizer = build_tiny_sam3(seed=0), clip_tokenizer()
     chips = BlackholeChips(chip_ids, ttnn_module=blackhole)

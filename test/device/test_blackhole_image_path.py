@@ -42,7 +42,7 @@ def pixels(seed: int) -> np.ndarray:
 
 def normalised(image: np.ndarray) -> torch.Tensor:
     """What transformers' model is given for `image`: Sam3Processor's normalisation."""
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
 
     return torch.from_numpy(preprocess.normalise(image))
 
@@ -66,7 +66,7 @@ def model(sam3_model, real_weights):
 
 @pytest.fixture(scope="module")
 def tokenizer(blackhole):
-    from tt_sam3_ros.tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     return clip_tokenizer()
 

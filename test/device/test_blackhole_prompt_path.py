@@ -79,7 +79,7 @@ def model(sam3_model, real_weights):
 
 @pytest.fixture(scope="module")
 def tokenizer(blackhole):
-    from tt_sam3_ros.tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     return clip_tokenizer()
 
@@ -241,7 +241,7 @@ def test_each_extra_prompt_costs_at_most_3ms(prompt_replay_ms, gate):
 @pytest.fixture(scope="module")
 def frame_to_mask_ms(chip, device_report) -> float:
     """Median time of a 1080p frame through Sam3Segmenter to its instances (1 prompt, 10 frames)."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     segmenter = Sam3Segmenter(chip)
     frame = random_frame(0, (1080, 1920))
@@ -415,7 +415,7 @@ def test_stream_equals_one_frame_at_a_time_and_is_not_slower(chip, gate, device_
     """Sam3Segmenter.segment_stream (frame N+1 uploaded on queue 1 during frame N's traces,
     TtnnEngine.prefetch): every frame's instances equal those of one call per frame, bit for
     bit; the per-frame time, printed beside the sequential one, is at most 5% above it."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     segmenter = Sam3Segmenter(chip)
     generator = np.random.default_rng(7)

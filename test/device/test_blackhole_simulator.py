@@ -35,7 +35,7 @@ CHECKED = {
 
 @pytest.fixture(scope="module")
 def model(simulator):
-    from tt_sam3_ros.tiny_model import build_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3
 
     tiny = build_tiny_sam3()
     randomise_prompt_path(tiny)
@@ -44,7 +44,7 @@ def model(simulator):
 
 @pytest.fixture(scope="module")
 def tokenizer(simulator):
-    from tt_sam3_ros.tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     return clip_tokenizer()
 

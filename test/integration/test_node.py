@@ -25,7 +25,7 @@ from rcl_interfaces.msg import ParameterType
 from ros_harness import WAIT_LIMIT_S, spin_until
 from sensor_msgs.msg import Image
 
-from tt_sam3_ros.messages import image_to_rgb
+from tt_sam3_ros.ros.messages import image_to_rgb
 
 PROMPTS = ["car", "person"]
 MAX_IMAGE_SIDE = 256
@@ -84,7 +84,7 @@ def _check_answer(frame: Image, detections, mask: Image, prompts: list[str]) -> 
 @pytest.fixture(scope="module")
 def reference_segmenter() -> Iterator[object]:
     """The same tiny model in this process: what the node must publish, field for field."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     segmenter = Sam3Segmenter.from_pretrained(model_id="tiny-random", engine="torch", device="cpu")
     yield segmenter

@@ -19,8 +19,8 @@ from ros_harness import HELPERS, WAIT_LIMIT_S, spin_until, start_process, stop_p
 from sensor_msgs.msg import PointCloud2
 from vision_msgs.msg import Detection3DArray
 
-from tt_sam3_ros.depth import STATS_POINT_BUDGET
-from tt_sam3_ros.messages_3d import POINT_FIELDS, cloud_from_message
+from tt_sam3_ros.core.depth import STATS_POINT_BUDGET
+from tt_sam3_ros.ros.messages_3d import POINT_FIELDS, cloud_from_message
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 

@@ -14,13 +14,13 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_harness import WAIT_LIMIT_S, spin_until, stop_process
 from sensor_msgs.msg import CompressedImage, Image
 
-from tt_sam3_ros.messages import compressed_to_rgb, image_to_rgb
+from tt_sam3_ros.ros.messages import compressed_to_rgb, image_to_rgb
 
 QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)  # as the node subscribes
 
 
 def _publisher(args: list[str]) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "tt_sam3_ros.publish_images", *args]
+    command = [sys.executable, "-m", "tt_sam3_ros.ros.publish_images", *args]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -98,7 +98,7 @@ def sam3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sam3Client]:
 @pytest.fixture(scope="module")
 def torch_segmenter() -> Iterator[object]:
     """The torch engine on the same tiny model: it sees the image, the mock chip does not."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     with Sam3Segmenter.from_pretrained(model_id="tiny-random", engine="torch", device="cpu") as host:
         yield host

@@ -45,10 +45,10 @@ class Sensitivity:
 
 def measure(model, tokenizer, frames: dict[str, np.ndarray] | None = None) -> Sensitivity:
     """Decode every frame with the torch engine (fp32, CPU) and compare the answers."""
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
+    from tt_sam3_ros.core.postprocess import sigmoid
     from tt_sam3_ros.engines.base import MODEL_SIDE
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.postprocess import sigmoid
 
     engine = TorchEngine(model, tokenizer, device="cpu", dtype="float32")
     prompts = engine.encode_prompts(list(PROMPTS))
@@ -75,7 +75,7 @@ def measure(model, tokenizer, frames: dict[str, np.ndarray] | None = None) -> Se
 
 def main() -> None:
     """Print the tiny model's figures."""
-    from tt_sam3_ros.tiny_model import build_tiny_sam3, clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, clip_tokenizer
 
     figures = measure(build_tiny_sam3(seed=0), clip_tokenizer())
     print(f"frames: {', '.join(distinct_frames())}; prompts: {', '.join(PROMPTS)}")

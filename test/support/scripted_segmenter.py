@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tt_sam3_ros.results import SegmentationResult
+from tt_sam3_ros.core.results import SegmentationResult
 
 
 class ScriptedSegmenter:

@@ -13,7 +13,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_model():
     """The seeded tiny Sam3Model (fp32, eval). Tests must not modify it."""
-    from tt_sam3_ros.tiny_model import build_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3
 
     return build_tiny_sam3(seed=0)
 
@@ -21,7 +21,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def tokenizer():
     """The real CLIP BPE tokenizer SAM 3 uses."""
-    from tt_sam3_ros.tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     return clip_tokenizer()
 
@@ -29,8 +29,8 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def segmenter(tiny_model, tokenizer):
     """A Sam3Segmenter on the torch CPU engine over the tiny model."""
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     return Sam3Segmenter(TorchEngine(tiny_model, tokenizer, device="cpu", dtype="float32"))
 

@@ -8,18 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rclpy.parameter import Parameter
 
-from tt_sam3_ros.diagnostics import NodeView, camera_status, segmentation_status
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.settings import CAMERA_NAME, MAX_CAMERAS, camera_names, invalid_values
 from tt_sam3_ros.engines import CHECKED_STAGES
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.node_parameters import (
-    CAMERA_NAME,
-    MAX_CAMERAS,
-    PARAMETERS,
-    READ_AT_CONFIGURE,
-    camera_names,
-    invalid_values,
-)
-from tt_sam3_ros.worker import FrameStats
+from tt_sam3_ros.ros.diagnostics import NodeView, camera_status, segmentation_status
+from tt_sam3_ros.ros.parameters import PARAMETERS, READ_AT_CONFIGURE
+from tt_sam3_ros.runtime.worker import FrameStats
 
 
 def _defaults() -> dict[str, object]:

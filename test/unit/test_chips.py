@@ -16,18 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tt_sam3_ros.chips import OUT_OF_SERVICE, RELEASED, SERVING, Chip, ChipPool
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.settings import RunSettings
 from tt_sam3_ros.engines.base import EngineError
-from tt_sam3_ros.pipeline import (
-    ENGINE_ERROR_LIMIT,
-    FrameInput,
-    FrameOutput,
-    FramePipeline,
-    RunSettings,
-    Wants,
-)
-from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.worker import Frame, FrameSlot
+from tt_sam3_ros.runtime.chips import OUT_OF_SERVICE, RELEASED, SERVING, Chip, ChipPool
+from tt_sam3_ros.runtime.pipeline import ENGINE_ERROR_LIMIT, FrameInput, FrameOutput, FramePipeline, Wants
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
 CAMERAS = ("front", "left", "right", "rear")
 SETTINGS = RunSettings(prompts=("box",), class_ids=(("box", 0),))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-CLI = [sys.executable, "-m", "tt_sam3_ros.cli"]
+CLI = [sys.executable, "-m", "tt_sam3_ros.cli.main"]
 
 
 @pytest.fixture
@@ -161,8 +161,8 @@ def test_a_fault_that_is_no_message_for_the_user_keeps_its_traceback(
 ) -> None:
     """A CUDA out-of-memory or a bug inside torch is not a user's mistake: it must not be
     turned into a one-line message (which hides where it came from)."""
-    from tt_sam3_ros import cli
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.cli import main as cli
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     def failing(*args: object, **kwargs: object) -> None:
         raise fault
@@ -180,8 +180,8 @@ def test_the_cli_sizes_the_engine_to_its_prompts(
 ) -> None:
     """The chip prompt path compiles a bucket per prompt count up to max_prompts at warm-up: a
     one-off run with two prompts should not pay for sixteen."""
-    from tt_sam3_ros import cli
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.cli import main as cli
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     asked: dict[str, object] = {}
 

@@ -47,8 +47,9 @@ def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 _MEASURE = """
 import json, resource, sys
 from sensor_msgs.msg import CompressedImage
-from tt_sam3_ros import messages, preprocess
-from tt_sam3_ros.errors import InputError
+from tt_sam3_ros.ros import messages
+from tt_sam3_ros.core import preprocess
+from tt_sam3_ros.core.errors import InputError
 
 def peak_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
@@ -95,7 +96,7 @@ def test_bombs_are_refused_from_the_header_with_peak_memory_flat(bombs: dict[str
 
 def test_cli_refuses_a_bomb_with_the_reason_and_no_traceback(bombs: dict[str, Path], tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tt_sam3_ros.cli", "segment", str(bombs["png"]), "--prompt", "car",
+        [sys.executable, "-m", "tt_sam3_ros.cli.main", "segment", str(bombs["png"]), "--prompt", "car",
          "--model", "tiny-random", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -105,7 +106,7 @@ def test_cli_refuses_a_bomb_with_the_reason_and_no_traceback(bombs: dict[str, Pa
 
 def test_a_larger_limit_lets_the_same_header_through() -> None:
     # The check is the configured max side, not a fixed cap: 5000x40 passes at 8192 and decodes.
-    from tt_sam3_ros.preprocess import load_image
+    from tt_sam3_ros.core.preprocess import load_image
 
     _, encoded = cv2.imencode(".png", np.zeros((40, 5000, 3), np.uint8))
     with pytest.raises(ValueError, match="declares 5000x40 pixels; the largest side allowed is 4096"):
@@ -117,7 +118,7 @@ def test_a_lazily_opened_pil_image_is_refused_before_it_decodes(tmp_path: Path) 
     # 9000x9000 stays under PIL's own bomb limit, so PIL would decode it (243 MB) when asked.
     from PIL import Image
 
-    from tt_sam3_ros.preprocess import load_image
+    from tt_sam3_ros.core.preprocess import load_image
 
     path = tmp_path / "big.png"
     path.write_bytes(png_bomb(9000))
@@ -134,7 +135,7 @@ def test_other_formats_pil_reads_are_refused_from_their_header(fmt: str, options
 
     from PIL import Image
 
-    from tt_sam3_ros.preprocess import load_image
+    from tt_sam3_ros.core.preprocess import load_image
 
     buffer = io.BytesIO()
     Image.new("1", (9000, 9000)).save(buffer, fmt, **options)  # 10 MB in memory, small on disk

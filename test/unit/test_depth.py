@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tt_sam3_ros import depth
-from tt_sam3_ros.errors import InputError
+from tt_sam3_ros.core import depth
+from tt_sam3_ros.core.errors import InputError
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:

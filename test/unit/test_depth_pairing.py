@@ -15,11 +15,12 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header
 
-from tt_sam3_ros import depth_pairing, messages, messages_3d
-from tt_sam3_ros.depth_pairing import DepthPairing, DepthSettings, DepthStats
-from tt_sam3_ros.diagnostics import depth_status
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.results import Instance, SegmentationResult
+from tt_sam3_ros.core import depth_pairing
+from tt_sam3_ros.core.depth_pairing import DepthPairing, DepthSettings, DepthStats
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.ros import messages, messages_3d
+from tt_sam3_ros.ros.diagnostics import depth_status
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:

@@ -69,7 +69,7 @@ def test_generated_docs_are_up_to_date() -> None:
 
 
 def test_every_parameter_has_a_phase() -> None:
-    from tt_sam3_ros.node_parameters import PARAMETERS
+    from tt_sam3_ros.ros.parameters import PARAMETERS
 
     assert {name: gen_docs.phase(name) for name in PARAMETERS}
 
@@ -79,7 +79,7 @@ def test_every_parameter_has_a_phase() -> None:
 
 def test_readme_parameter_table_matches_the_code() -> None:
     """Each row of the README's short table: a real parameter, its default, when it is read."""
-    from tt_sam3_ros.node_parameters import PARAMETERS
+    from tt_sam3_ros.ros.parameters import PARAMETERS
 
     rows = table_rows(section(README.read_text(), "Parameters most used"))
     assert rows
@@ -103,7 +103,7 @@ def _parameters_named_in_commands(text: str) -> set[str]:
 
 
 def test_parameters_named_in_commands_exist() -> None:
-    from tt_sam3_ros.node_parameters import PARAMETERS
+    from tt_sam3_ros.ros.parameters import PARAMETERS
 
     for page in pages():
         unknown = _parameters_named_in_commands(hand_written(page.read_text())) - set(PARAMETERS)
@@ -112,7 +112,7 @@ def test_parameters_named_in_commands_exist() -> None:
 
 def test_parameter_settings_in_the_text_name_real_parameters() -> None:
     """Every `name: value` the docs write (`depth: true`, `ttnn_prompt_path: chip`) is a parameter."""
-    from tt_sam3_ros.node_parameters import PARAMETERS
+    from tt_sam3_ros.ros.parameters import PARAMETERS
 
     for page in pages():
         for name in re.findall(r"`([a-z_]+): [^`]+`", hand_written(page.read_text())):
@@ -169,8 +169,8 @@ PUBLISHING_CALLS = {
 def node_topics() -> dict[str, str]:
     """topic -> message type name, from the node's publisher and subscription calls."""
     topics = {}
-    for path in (REPO / "tt_sam3_ros").glob("*.py"):
-        if path.name in ("publish_images.py", "cli.py"):
+    for path in (REPO / "tt_sam3_ros" / "ros").glob("*.py"):
+        if path.name == "publish_images.py":
             continue
         for call in ast.walk(ast.parse(path.read_text())):
             if not isinstance(call, ast.Call) or getattr(call.func, "attr", "") not in PUBLISHING_CALLS:

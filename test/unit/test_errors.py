@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tt_sam3_ros.errors import UNTRUSTED_TEXT_LIMIT, InputError, quoted
+from tt_sam3_ros.core.errors import UNTRUSTED_TEXT_LIMIT, InputError, quoted
 
 
 def test_forged_log_line_stays_on_one_line() -> None:

@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 from vision_msgs.msg import BoundingBox2D, Detection2D, Detection2DArray, ObjectHypothesisWithPose
 
-from tt_sam3_ros import messages
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.exemplars import Exemplar
-from tt_sam3_ros.pipeline import (
+from tt_sam3_ros.core.class_ids import BOX_ONLY_CLASS_ID
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.exemplars import Exemplar
+from tt_sam3_ros.core.settings import RunSettings
+from tt_sam3_ros.ros import messages
+from tt_sam3_ros.runtime.pipeline import (
     ANSWERED_FRAMES_KEPT,
-    BOX_ONLY_CLASS_ID,
     RECEIVED_FRAMES_KEPT,
     ExemplarMemory,
     FrameInput,
     FramePipeline,
-    RunSettings,
     Wants,
 )
-from tt_sam3_ros.worker import Frame, FrameSlot
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
 S = 1_000_000_000
 
@@ -117,7 +117,7 @@ class CarryingSegmenter:
         self.calls: list[dict] = []
 
     def __call__(self, rgb, prompts, **kwargs):
-        from tt_sam3_ros.results import SegmentationResult
+        from tt_sam3_ros.core.results import SegmentationResult
 
         self.calls.append(kwargs)
         result = SegmentationResult(rgb.shape[:2], [*prompts, ""], [], {})
@@ -173,7 +173,7 @@ def test_the_hold_script_matches_instances_by_mask_and_reads_frame_indexed_boxes
     import importlib.util
     from pathlib import Path
 
-    from tt_sam3_ros.results import Instance, SegmentationResult
+    from tt_sam3_ros.core.results import Instance, SegmentationResult
 
     path = Path(__file__).resolve().parents[2] / "tools" / "exemplar_hold.py"
     spec = importlib.util.spec_from_file_location("exemplar_hold", path)

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from tt_sam3_ros import exemplars, preprocess
-from tt_sam3_ros.exemplars import Exemplar
+from tt_sam3_ros.core import exemplars, preprocess
+from tt_sam3_ros.core.exemplars import Exemplar
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:
@@ -58,8 +58,8 @@ def sharp_model(tiny_model):
 
 @pytest.fixture(scope="module")
 def sharp_segmenter(sharp_model, tokenizer):
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     return Sam3Segmenter(TorchEngine(sharp_model, tokenizer, device="cpu", dtype="float32"))
 

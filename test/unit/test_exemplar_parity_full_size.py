@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tt_sam3_ros import preprocess
+from tt_sam3_ros.core import preprocess
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:
@@ -44,8 +44,8 @@ def full_size(tokenizer, module_rgb_image):
     from random_weights import full_size_sam3, randomise_prompt_path
     from transformers import Sam3ImageProcessor, Sam3Processor
 
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     model = full_size_sam3(seed=5)
     randomise_prompt_path(model)

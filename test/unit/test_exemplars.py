@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.exemplars import (
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.exemplars import (
     MAX_BOXES,
     MIN_BOX_SIDE,
     Exemplar,

@@ -35,13 +35,13 @@ class Lacks:
 
 
 HAS = "in Humble"
-_NODE = "tt_sam3_ros/node.py"
+_NODE = "tt_sam3_ros/ros/node.py"
 
 # Read from the humble branches of ros2/rclpy (rclpy 3.3), ros2/launch, ros2/launch_ros and
 # ros2/rcl_interfaces: each name below is defined there (a keyword: the callable takes it), or
 # is a Lacks. A name reached through its import path, as the code reaches it.
 HUMBLE: dict[str, str | Lacks] = {
-    # ---- rclpy: the process (node_main.py, publish_images.py)
+    # ---- rclpy: the process (ros/main.py, ros/publish_images.py)
     "rclpy": HAS,
     "rclpy.init": HAS,
     "rclpy.init(args=)": HAS,
@@ -77,7 +77,7 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.impl.rcutils_logger.RcutilsLogger.warning(throttle_duration_sec=)": HAS,
     "rclpy.impl.rcutils_logger.RcutilsLogger.error": HAS,
     "rclpy.impl.rcutils_logger.RcutilsLogger.fatal": HAS,
-    # ---- rclpy: the node (node.py)
+    # ---- rclpy: the node (ros/node.py)
     "rclpy.lifecycle.LifecycleNode": HAS,
     "rclpy.lifecycle.LifecycleNode.__init__": HAS,
     "rclpy.lifecycle.LifecycleNode.declare_parameter": HAS,
@@ -163,7 +163,7 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.qos.ReliabilityPolicy.BEST_EFFORT": HAS,
     "rclpy.qos.DurabilityPolicy": HAS,
     "rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL": HAS,
-    # ---- rclpy: parameters (node.py, node_parameters.py)
+    # ---- rclpy: parameters (ros/node.py, ros/parameters.py)
     "rclpy.parameter.Parameter": HAS,
     "rclpy.parameter.Parameter.name": HAS,
     "rclpy.parameter.Parameter.type_": HAS,

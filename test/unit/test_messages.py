@@ -8,7 +8,8 @@ import pytest
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from tt_sam3_ros.messages import (
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.ros.messages import (
     compressed_to_rgb,
     image_to_rgb,
     instance_mask_to_image,
@@ -16,7 +17,6 @@ from tt_sam3_ros.messages import (
     result_to_detections,
     rgb_to_image,
 )
-from tt_sam3_ros.results import Instance, SegmentationResult
 
 # A 3x4 RGB picture in which every pixel and channel differs.
 RGB = np.arange(3 * 4 * 3, dtype=np.uint8).reshape(3, 4, 3) * 7

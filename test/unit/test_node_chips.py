@@ -23,9 +23,9 @@ from rclpy.parameter import Parameter
 from scripted_segmenter import ScriptedSegmenter
 from sensor_msgs.msg import Image
 
+from tt_sam3_ros.core.results import SegmentationResult
 from tt_sam3_ros.engines.base import EngineError
-from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
-from tt_sam3_ros.results import SegmentationResult
+from tt_sam3_ros.ros.node import ENGINE_ERROR_LIMIT, Sam3Node
 
 CAMERAS = ["front", "left", "right", "rear"]
 #: A liveness bound for the worker threads, far above what a scripted frame takes.
@@ -215,9 +215,9 @@ def test_configure_fails_when_no_chip_can_start(context, nodes) -> None:
 
 
 def test_all_opens_every_chip_ttnn_sees(context, nodes, monkeypatch) -> None:
-    import tt_sam3_ros.node
+    import tt_sam3_ros.ros.node
 
-    monkeypatch.setattr(tt_sam3_ros.node, "chip_count", lambda: 3)
+    monkeypatch.setattr(tt_sam3_ros.ros.node, "chip_count", lambda: 3)
     opened: list[str] = []
 
     def build(device: str) -> ScriptedSegmenter:
@@ -339,7 +339,7 @@ def test_a_chip_out_of_service_closes_without_closing_the_others(context, nodes,
 
 
 def test_every_chips_segmenter_is_built_on_one_set_of_the_chips_named(context, nodes, monkeypatch) -> None:
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     built: list[dict[str, Any]] = []
 

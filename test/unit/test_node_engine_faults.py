@@ -19,10 +19,10 @@ from rclpy.parameter import Parameter
 from scripted_segmenter import ScriptedSegmenter
 from sensor_msgs.msg import Image
 
-from tt_sam3_ros.chips import Chip
-from tt_sam3_ros.diagnostics import segmentation_status
-from tt_sam3_ros.node import ENGINE_ERROR_LIMIT, Sam3Node
-from tt_sam3_ros.worker import Frame
+from tt_sam3_ros.ros.diagnostics import segmentation_status
+from tt_sam3_ros.ros.node import ENGINE_ERROR_LIMIT, Sam3Node
+from tt_sam3_ros.runtime.chips import Chip
+from tt_sam3_ros.runtime.worker import Frame
 
 
 def _node(context: rclpy.context.Context, segmenters: list[ScriptedSegmenter]) -> Sam3Node:
@@ -149,7 +149,7 @@ def test_library_log_lines_reach_the_node_logger(context, monkeypatch) -> None:
 
         monkeypatch.setattr(type(logger), level, record)
     try:
-        logging.getLogger("tt_sam3_ros.segmenter").warning("random weights loaded (%s)", "tiny-random")
+        logging.getLogger("tt_sam3_ros.core.segmenter").warning("random weights loaded (%s)", "tiny-random")
         assert ("warning", "random weights loaded (tiny-random)") in heard
     finally:
         sam3.destroy_node()

@@ -23,7 +23,7 @@ from rclpy.parameter import Parameter
 from rclpy.subscription import Subscription
 from vision_msgs.msg import Detection2DArray
 
-from tt_sam3_ros.node import PROMPT_BOXES_QOS, Sam3Node
+from tt_sam3_ros.ros.node import PROMPT_BOXES_QOS, Sam3Node
 
 #: A liveness bound for discovery and service answers, far above what either takes.
 LIMIT_S = 30.0

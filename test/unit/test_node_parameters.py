@@ -13,14 +13,9 @@ from hypothesis import strategies as st
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.parameter import Parameter
 
-from tt_sam3_ros.node_parameters import (
-    PARAMETERS,
-    READ_AT_ACTIVATE,
-    READ_AT_CONFIGURE,
-    invalid_values,
-    settings_from,
-)
-from tt_sam3_ros.worker import Frame, FrameSlot
+from tt_sam3_ros.core.settings import invalid_values, settings_from
+from tt_sam3_ros.ros.parameters import PARAMETERS, READ_AT_ACTIVATE, READ_AT_CONFIGURE
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "sam3.yaml"
 
@@ -137,7 +132,7 @@ def test_devices_may_be_written_as_integers_or_as_all(written: object, meant: li
     """``-p devices:=all`` and ``-p devices:="[0, 1]"`` are what a user types; both mean a list."""
     import rclpy
 
-    from tt_sam3_ros.node import Sam3Node
+    from tt_sam3_ros.ros.node import Sam3Node
 
     context = rclpy.context.Context()
     rclpy.init(context=context)
@@ -219,7 +214,7 @@ def sam3_node() -> Iterator[object]:
     """A real node in this process (autostart off: no engine is built)."""
     import rclpy
 
-    from tt_sam3_ros.node import Sam3Node
+    from tt_sam3_ros.ros.node import Sam3Node
 
     context = rclpy.context.Context()
     rclpy.init(context=context)
@@ -290,7 +285,7 @@ def test_every_descriptor_range_holds_at_startup(name: str, value: object) -> No
     """``-p depth_max_skew_s:=5`` (an integer for a double) is refused like ``5.0`` is."""
     import rclpy
 
-    from tt_sam3_ros.node import Sam3Node
+    from tt_sam3_ros.ros.node import Sam3Node
 
     context = rclpy.context.Context()
     rclpy.init(context=context)
@@ -306,7 +301,7 @@ def test_every_descriptor_range_holds_at_startup(name: str, value: object) -> No
 def test_ttnn_options_at_their_defaults_are_not_passed_so_torch_does_not_warn() -> None:
     """Only the ttnn_* parameters the user moved from their default reach create_engine (which
     warns that the torch engine ignores them); at the default the ttnn engine's own applies."""
-    from tt_sam3_ros.node_parameters import ttnn_options
+    from tt_sam3_ros.ros.parameters import ttnn_options
 
     defaults = _defaults()
     assert ttnn_options(defaults) == {

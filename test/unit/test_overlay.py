@@ -13,8 +13,8 @@ import torch
 from frames import random_frame
 from PIL import Image
 
-from tt_sam3_ros.overlay import draw_overlay, instance_colour
-from tt_sam3_ros.results import Instance, SegmentationResult
+from tt_sam3_ros.core.overlay import draw_overlay, instance_colour
+from tt_sam3_ros.core.results import Instance, SegmentationResult
 
 
 def instance(score: float, rows: slice, cols: slice) -> Instance:
@@ -89,7 +89,7 @@ def test_cli_at_threshold_zero_writes_png_and_json_for_instances_with_empty_mask
     query an all-zero mask (the image-sensitive tiny model's masks are never empty on their own)."""
     from safetensors.torch import load_file, save_file
 
-    from tt_sam3_ros.tiny_model import save_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import save_tiny_sam3
 
     weights = save_tiny_sam3(tmp_path / "blank_masks")
     state = load_file(weights / "model.safetensors")
@@ -99,7 +99,7 @@ def test_cli_at_threshold_zero_writes_png_and_json_for_instances_with_empty_mask
     picture = tmp_path / "img.png"
     Image.fromarray(np.zeros((240, 320, 3), np.uint8)).save(picture)
     done = subprocess.run(
-        [sys.executable, "-m", "tt_sam3_ros.cli", "segment", str(picture), "--prompt", "car",
+        [sys.executable, "-m", "tt_sam3_ros.cli.main", "segment", str(picture), "--prompt", "car",
          "--weights-dir", str(weights), "--threshold", "0", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip

@@ -10,18 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tt_sam3_ros.depth_pairing import Answer3D, CameraInfoData, DepthFrame
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.pipeline import (
-    ENGINE_ERROR_LIMIT,
-    FrameInput,
-    FrameOutput,
-    FramePipeline,
-    RunSettings,
-    Wants,
-)
-from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.video_tracker import Sam3VideoEngine
+from tt_sam3_ros.core.depth_pairing import Answer3D, CameraInfoData, DepthFrame
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.settings import RunSettings
+from tt_sam3_ros.core.video_tracker import Sam3VideoEngine
+from tt_sam3_ros.runtime.pipeline import ENGINE_ERROR_LIMIT, FrameInput, FrameOutput, FramePipeline, Wants
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:
@@ -91,7 +85,7 @@ def snapshot(camera: Any) -> Any:
 
 def test_importing_the_pipeline_loads_no_ros_module() -> None:
     code = (
-        "import sys, tt_sam3_ros.pipeline, tt_sam3_ros.depth_pairing\n"
+        "import sys, tt_sam3_ros.runtime.pipeline, tt_sam3_ros.core.depth_pairing\n"
         "ros = ('rclpy', 'sensor_msgs', 'std_msgs', 'vision_msgs', 'diagnostic_msgs', 'rcl_interfaces')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ros))\n"
     )
@@ -220,7 +214,7 @@ def test_a_failure_to_publish_is_an_output_error_and_never_loses_the_engine() ->
 
 
 def test_a_failure_in_the_3d_path_is_an_output_error_after_the_2d_outputs(monkeypatch) -> None:
-    from tt_sam3_ros import depth_pairing
+    from tt_sam3_ros.core import depth_pairing
 
     def broken(*_args: Any, **_kwargs: Any) -> Answer3D:
         raise IndexError("index 3 is out of bounds")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tt_sam3_ros import postprocess
+from tt_sam3_ros.core import postprocess
 
 SHAPES = [(2, 2), (3, 1000), (37, 53), (288, 288), (480, 640), (1080, 1920), (1001, 999), (4096, 300)]
 

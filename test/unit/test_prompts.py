@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.prompts import validate_prompts
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.prompts import validate_prompts
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,9 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from sensor_msgs.msg import CompressedImage, Image
 
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.messages import SUPPORTED_ENCODINGS, compressed_to_rgb, image_to_rgb
-from tt_sam3_ros.preprocess import MIN_IMAGE_SIDE, declared_size, load_image
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.preprocess import MIN_IMAGE_SIDE, declared_size, load_image
+from tt_sam3_ros.ros.messages import SUPPORTED_ENCODINGS, compressed_to_rgb, image_to_rgb
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 if str(SUPPORT) not in sys.path:

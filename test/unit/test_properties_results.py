@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from std_msgs.msg import Header
 
 from benchmarks.engines import ScriptedEngine
-from tt_sam3_ros import postprocess, preprocess
+from tt_sam3_ros.core import postprocess, preprocess
+from tt_sam3_ros.core.overlay import draw_overlay
+from tt_sam3_ros.core.results import MAX_LABELLED_INSTANCES, SegmentationResult
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
 from tt_sam3_ros.engines.base import DecodedBatch
-from tt_sam3_ros.messages import instance_mask_to_image, result_to_detections
-from tt_sam3_ros.overlay import draw_overlay
-from tt_sam3_ros.results import MAX_LABELLED_INSTANCES, SegmentationResult
-from tt_sam3_ros.segmenter import Sam3Segmenter
+from tt_sam3_ros.ros.messages import instance_mask_to_image, result_to_detections
 
 PROPERTY = settings(max_examples=40)
 

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from tt_sam3_ros.results import Instance, SegmentationResult
+from tt_sam3_ros.core.results import Instance, SegmentationResult
 
 
 def square(score: float, rows: slice, cols: slice, size=(10, 12), prompt="car") -> Instance:

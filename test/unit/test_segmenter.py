@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
 from tt_sam3_ros.engines.torch_engine import TorchEngine
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.segmenter import Sam3Segmenter
 
 
 class CountingEngine:

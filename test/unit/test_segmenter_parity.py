@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tt_sam3_ros import preprocess
+from tt_sam3_ros.core import preprocess
 
 PROMPTS = ["red car", "person", "a dog on the grass"]
 

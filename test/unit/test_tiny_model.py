@@ -49,7 +49,7 @@ def test_the_measure_sees_a_blind_model(tokenizer) -> None:
     every bound above; its scores hardly move and its logits correlate across frames."""
     from transformers import Sam3Model
 
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
@@ -60,7 +60,7 @@ def test_the_measure_sees_a_blind_model(tokenizer) -> None:
 
 
 def test_it_stays_tiny_and_seeded(tiny_model) -> None:
-    from tt_sam3_ros.tiny_model import build_tiny_sam3
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3
 
     assert sum(p.numel() for p in tiny_model.parameters()) < 2_000_000
     again, other = build_tiny_sam3(seed=0).state_dict(), build_tiny_sam3(seed=1).state_dict()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tt_sam3_ros import preprocess
+from tt_sam3_ros.core import preprocess
 from tt_sam3_ros.engines.base import EngineError
 from tt_sam3_ros.engines.torch_engine import TorchEngine
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.tracking import STAMP_JUMP_BACK_S, InstanceTracker, TrackIdSpace, crop_iou
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.tracking import STAMP_JUMP_BACK_S, InstanceTracker, TrackIdSpace, crop_iou
 
 SIZE = (480, 640)
 DT = 0.1  # 10 frames per second

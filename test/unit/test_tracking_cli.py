@@ -11,11 +11,11 @@ import cv2
 import numpy as np
 import pytest
 
-from tt_sam3_ros.overlay import draw_overlay, instance_colour
-from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.tracking import Sam3Tracker
+from tt_sam3_ros.core.overlay import draw_overlay, instance_colour
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.tracking import Sam3Tracker
 
-CLI = [sys.executable, "-m", "tt_sam3_ros.cli"]
+CLI = [sys.executable, "-m", "tt_sam3_ros.cli.main"]
 FRAMES = 6
 
 

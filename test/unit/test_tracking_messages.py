@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 from std_msgs.msg import Header
 
-from tt_sam3_ros import messages
-from tt_sam3_ros.node_parameters import PARAMETERS, ClassIds, settings_from
-from tt_sam3_ros.results import Instance, SegmentationResult
-from tt_sam3_ros.tracking import InstanceTracker
+from tt_sam3_ros.core.class_ids import ClassIds
+from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.settings import settings_from
+from tt_sam3_ros.core.tracking import InstanceTracker
+from tt_sam3_ros.ros import messages
+from tt_sam3_ros.ros.parameters import PARAMETERS
 
 
 def square(score: float, left: int, prompt: str = "car") -> Instance:
@@ -85,7 +87,7 @@ def test_class_ids_restart_from_the_prompts_in_force_when_uint16_runs_out() -> N
 def test_the_tracking_status_warns_when_frames_are_further_apart_than_the_max_age() -> None:
     from diagnostic_msgs.msg import DiagnosticStatus
 
-    from tt_sam3_ros.diagnostics import tracking_status
+    from tt_sam3_ros.ros.diagnostics import tracking_status
 
     fast, slow = InstanceTracker(), InstanceTracker()
     waiting = tracking_status("sam3", fast.ageing())

@@ -22,9 +22,9 @@ torch = pytest.importorskip("torch")
 from frames import random_frame  # noqa: E402
 
 from benchmarks.scenes import moving_objects_clip  # noqa: E402
-from tt_sam3_ros.errors import InputError  # noqa: E402
-from tt_sam3_ros.tiny_model import build_tiny_sam3_video, tiny_sam3_video_processor  # noqa: E402
-from tt_sam3_ros.video_tracker import Sam3VideoTracker, _tensors  # noqa: E402
+from tt_sam3_ros.core.errors import InputError  # noqa: E402
+from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, _tensors  # noqa: E402
+from tt_sam3_ros.weights.tiny_model import build_tiny_sam3_video, tiny_sam3_video_processor  # noqa: E402
 
 PROMPTS = ["car", "person"]
 CLIP_FRAMES = 34

@@ -29,7 +29,6 @@ from safetensors.torch import load_file, save_file
 from transformers import Sam3Config, Sam3Model, Sam3VideoConfig
 
 from tt_sam3_ros import weights
-from tt_sam3_ros.tiny_model import save_tiny_sam3, tiny_sam3_config
 from tt_sam3_ros.weights import (
     SAM3_PINNED_REVISION,
     HubUnreachableError,
@@ -40,6 +39,7 @@ from tt_sam3_ros.weights import (
     resolve_weights,
     to_meta_state_dict,
 )
+from tt_sam3_ros.weights.tiny_model import save_tiny_sam3, tiny_sam3_config
 
 #: Meta keys a real sam3.pt carries that transformers' image model has no use for.
 META_EXTRAS = {
@@ -446,7 +446,7 @@ def test_the_clip_vocabulary_is_a_run_time_requirement() -> None:
 def test_sam3_pt_without_tokenizer_files_or_open_clip_names_the_requirement(
     monkeypatch, tmp_path, meta_state
 ) -> None:
-    from tt_sam3_ros.tiny_model import clip_vocabulary
+    from tt_sam3_ros.weights.tiny_model import clip_vocabulary
 
     real_find_spec = importlib.util.find_spec
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker, stats_per_camera
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot, FrameStats, InferenceWorker, stats_per_camera
 
 CAMERAS = ("front", "left", "right")
 

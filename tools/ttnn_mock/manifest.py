@@ -25,7 +25,7 @@ def model_config(size: str) -> Any:
     from transformers import Sam3Config
 
     if size == "tiny":
-        from tt_sam3_ros.tiny_model import tiny_sam3_config
+        from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
         return tiny_sam3_config()
     if size == "full":

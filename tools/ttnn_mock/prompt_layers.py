@@ -81,7 +81,7 @@ def write_manifest(size: str, path: Path) -> Path:
     from tt_sam3_ros.engines.ttnn_model import prompt_weights
     from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig
     from tt_sam3_ros.engines.ttnn_model.segmentation_head import PixelDecoderConfig
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     config = Sam3Config() if size == "full" else tiny_sam3_config()
     decoder = sam3.Sam3DetrDecoder(config.detr_decoder_config)

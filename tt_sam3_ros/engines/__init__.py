@@ -14,8 +14,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..prompts import MAX_PROMPTS
-from .base import MASK_SIDE, MODEL_SIDE, DecodedBatch, Engine, EngineError
+from tt_sam3_ros.core.prompts import MAX_PROMPTS
+from tt_sam3_ros.engines.base import (
+    MASK_SIDE,
+    MODEL_SIDE,
+    TTNN_DTYPE_NAMES,
+    DecodedBatch,
+    Engine,
+    EngineError,
+)
 
 __all__ = [
     "CHECKED_STAGES",
@@ -37,8 +44,6 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 ENGINE_NAMES = ("auto", "torch", "ttnn")
-#: Device dtypes the ttnn engine takes for its weights (weight_dtype) and parameters (param_dtype).
-TTNN_DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
 #: The ttnn engine's options that callers (node, CLI) may pass through create_engine.
 TTNN_OPTIONS = ("weight_cache", "weight_dtype", "param_dtype", "prompt_path")
 #: Where the ttnn engine runs the prompt path: auto (the chip's when its warm-up check against the
@@ -99,7 +104,7 @@ def chip_count() -> int:
     Raises:
         EngineError: ttnn cannot be imported.
     """
-    from .ttnn_model.device import load_ttnn
+    from tt_sam3_ros.engines.ttnn_model.device import load_ttnn
 
     return int(load_ttnn().GetNumAvailableDevices())
 
@@ -165,12 +170,12 @@ def create_engine(
     if name == "ttnn":
         device_id = chip_id(device)
         try:
-            from .ttnn_engine import TtnnEngine
+            from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
         except ImportError as error:
             raise EngineError(f"the ttnn engine cannot be loaded: {error}") from error
         sizes = {"max_prompts": max_prompts, "max_instances": max_instances}
         options.setdefault("prompt_path", DEFAULT_TTNN_PROMPT_PATH)
         return TtnnEngine(model, tokenizer, device_id, dtype, chips=chips, **sizes, **options)
-    from .torch_engine import TorchEngine
+    from tt_sam3_ros.engines.torch_engine import TorchEngine
 
     return TorchEngine(model, tokenizer, device=device, dtype=dtype)

@@ -28,6 +28,9 @@ import numpy as np
 MODEL_SIDE = 1008
 #: Side of the mask logits the segmentation head produces.
 MASK_SIDE = 288
+#: Device dtypes the ttnn engine takes for its weights (weight_dtype) and parameters (param_dtype);
+#: here, not in the ttnn engine, so that validating a setting never imports ttnn.
+TTNN_DTYPE_NAMES = ("bfloat8_b", "bfloat16", "float32")
 #: CLIP text context SAM 3 pads every prompt to, in tokens.
 TEXT_CONTEXT = 32
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import preprocess
-from .base import MODEL_SIDE, TEXT_CONTEXT, DecodedBatch, Engine, EngineError
+from tt_sam3_ros.core import preprocess
+from tt_sam3_ros.engines.base import MODEL_SIDE, TEXT_CONTEXT, DecodedBatch, Engine, EngineError
 
 
 @dataclass

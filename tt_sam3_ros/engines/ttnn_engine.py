@@ -38,12 +38,12 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from ..prompts import MAX_PROMPTS, check_max_prompts
-from . import TTNN_DTYPE_NAMES as DTYPE_NAMES
-from .base import DecodedBatch, Engine, EngineError
-from .ttnn_model import neck, prompt_check, stage_checks
-from .ttnn_model.config import ImagePathConfig
-from .ttnn_model.device import (
+from tt_sam3_ros.core.prompts import MAX_PROMPTS, check_max_prompts
+from tt_sam3_ros.engines.base import TTNN_DTYPE_NAMES as DTYPE_NAMES
+from tt_sam3_ros.engines.base import DecodedBatch, Engine, EngineError
+from tt_sam3_ros.engines.ttnn_model import neck, prompt_check, stage_checks
+from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig
+from tt_sam3_ros.engines.ttnn_model.device import (
     COMMAND_QUEUES,
     DEFAULT_L1_SMALL,
     DEFAULT_TRACE_REGION,
@@ -57,11 +57,11 @@ from .ttnn_model.device import (
     open_blackholes,
     ttnn_version,
 )
-from .ttnn_model.geometry_encoder import GeometryConfig
-from .ttnn_model.image_encoder import GEOMETRY_PREFIX, ChipImageEncoder
-from .ttnn_model.prompt_path import ChipPromptPath, sine_position
-from .ttnn_model.prompt_weights import prepare_geometry_encoder
-from .ttnn_model.weights import HostWeight, fingerprint, prepare_neck, prepare_vit
+from tt_sam3_ros.engines.ttnn_model.geometry_encoder import GeometryConfig
+from tt_sam3_ros.engines.ttnn_model.image_encoder import GEOMETRY_PREFIX, ChipImageEncoder
+from tt_sam3_ros.engines.ttnn_model.prompt_path import ChipPromptPath, sine_position
+from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_geometry_encoder
+from tt_sam3_ros.engines.ttnn_model.weights import HostWeight, fingerprint, prepare_neck, prepare_vit
 
 __all__ = [
     "COMMAND_QUEUES",
@@ -124,7 +124,7 @@ def host_prompt_path(model: Any, tokenizer: Any, dtype: str | None = None) -> Pr
     The torch engine casts the model it is given; when `dtype` differs from the model's, it is
     given a copy of the prompt modules, so the caller's model keeps its dtype.
     """
-    from .torch_engine import TorchEngine, resolve_dtype
+    from tt_sam3_ros.engines.torch_engine import TorchEngine, resolve_dtype
 
     prompt_model = _without_vision_backbone(model)
     wanted = resolve_dtype(dtype, torch.device("cpu"))

@@ -17,9 +17,9 @@ imported inside the functions that need them.
 
 from __future__ import annotations
 
-from .errors import HubUnreachableError, WeightsError
-from .load import LoadedModel, load_sam3
-from .meta_checkpoint import (
+from tt_sam3_ros.weights.errors import HubUnreachableError, WeightsError
+from tt_sam3_ros.weights.load import LoadedModel, load_sam3
+from tt_sam3_ros.weights.meta_checkpoint import (
     MetaSource,
     convert_meta_state_dict,
     expected_hf_shapes,
@@ -27,14 +27,14 @@ from .meta_checkpoint import (
     read_meta_checkpoint,
     to_meta_state_dict,
 )
-from .release import (
+from tt_sam3_ros.weights.release import (
     DEFAULT_MODEL_ID,
     HUB_PATTERNS,
     META_CHECKPOINT_NAME,
     SAM3_PINNED_REVISION,
     SAM3_PT_PUBLISHED_BYTES,
 )
-from .resolve import (
+from tt_sam3_ros.weights.resolve import (
     ResolvedWeights,
     WeightsKind,
     default_revision,

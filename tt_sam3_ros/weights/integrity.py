@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import WeightsError, corrupt
+from tt_sam3_ros.weights.errors import WeightsError, corrupt
 
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 

@@ -9,12 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import WeightsError, corrupt
-from .integrity import check_transformers_folder
-from .meta_checkpoint import OPTIONAL_HF_KEYS, convert_meta_state_dict, mismatch_message, read_meta_checkpoint
-from .meta_constants import apply_meta_constants
-from .release import DEFAULT_MODEL_ID
-from .resolve import ResolvedWeights, resolve_weights
+from tt_sam3_ros.weights.errors import WeightsError, corrupt
+from tt_sam3_ros.weights.integrity import check_transformers_folder
+from tt_sam3_ros.weights.meta_checkpoint import (
+    OPTIONAL_HF_KEYS,
+    convert_meta_state_dict,
+    mismatch_message,
+    read_meta_checkpoint,
+)
+from tt_sam3_ros.weights.meta_constants import apply_meta_constants
+from tt_sam3_ros.weights.release import DEFAULT_MODEL_ID
+from tt_sam3_ros.weights.resolve import ResolvedWeights, resolve_weights
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +99,7 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    from ..engines.torch_engine import DTYPE_NAMES
+    from tt_sam3_ros.engines.torch_engine import DTYPE_NAMES
 
     # Loading may also use half precision, which the engines do not run in.
     names = {**DTYPE_NAMES, "float16": torch.float16, "fp16": torch.float16}
@@ -105,7 +110,7 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
 def _load_tiny(resolved: ResolvedWeights) -> LoadedModel:
     """The seeded tiny model: offline, 1.9M parameters, meaningless outputs."""
-    from ..tiny_model import build_tiny_sam3, clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, clip_tokenizer
 
     return LoadedModel(build_tiny_sam3(0), clip_tokenizer(), resolved.source, is_random=True)
 
@@ -144,7 +149,7 @@ def _raise_on_loading_info(info: dict[str, Any], source: str, meta: bool = True)
 
 def _tokenizer_for(folder: Path) -> Any:
     """The folder's own tokenizer when it has one, else the identical CLIP BPE built offline."""
-    from ..tiny_model import clip_tokenizer
+    from tt_sam3_ros.weights.tiny_model import clip_tokenizer
 
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         try:

@@ -15,9 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import WeightsError, corrupt
-from .integrity import safetensors_header
-from .release import DEFAULT_MODEL_ID, META_CHECKPOINT_NAME, SAM3_PINNED_REVISION, SAM3_PT_PUBLISHED_BYTES
+from tt_sam3_ros.weights.errors import WeightsError, corrupt
+from tt_sam3_ros.weights.integrity import safetensors_header
+from tt_sam3_ros.weights.release import (
+    DEFAULT_MODEL_ID,
+    META_CHECKPOINT_NAME,
+    SAM3_PINNED_REVISION,
+    SAM3_PT_PUBLISHED_BYTES,
+)
 
 if TYPE_CHECKING:
     import torch

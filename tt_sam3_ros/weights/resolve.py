@@ -23,11 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..tiny_model import TINY_MODEL_ID
-from .errors import HubUnreachableError, WeightsError
-from .integrity import safetensors_header
-from .meta_checkpoint import is_meta_key
-from .release import DEFAULT_MODEL_ID, HUB_PATTERNS, META_CHECKPOINT_NAME, SAM3_PINNED_REVISION
+from tt_sam3_ros.weights.errors import HubUnreachableError, WeightsError
+from tt_sam3_ros.weights.integrity import safetensors_header
+from tt_sam3_ros.weights.meta_checkpoint import is_meta_key
+from tt_sam3_ros.weights.release import (
+    DEFAULT_MODEL_ID,
+    HUB_PATTERNS,
+    META_CHECKPOINT_NAME,
+    SAM3_PINNED_REVISION,
+)
+from tt_sam3_ros.weights.tiny_model import TINY_MODEL_ID
 
 LOG = logging.getLogger(__name__)
 

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from tt_sam3_ros import node
-from tt_sam3_ros.segmenter import Sam3Segmenter
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
+from tt_sam3_ros.ros import main as process
+from tt_sam3_ros.ros import node
 
 FAULT_PIXEL = (13, 37, 66)
 FAULT_MESSAGE = "injected engine fault"
@@ -66,4 +67,4 @@ def install() -> None:
 
 if __name__ == "__main__":
     install()
-    sys.exit(node.main())
+    sys.exit(process.main())

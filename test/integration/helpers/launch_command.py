@@ -7,7 +7,7 @@ the launch arguments into parameter overrides and remappings, and its LifecycleN
 (launch_ros.actions.Node._perform_substitutions): ``-r __node:=sam3 -r __ns:=/``, one
 ``--params-file`` per entry (a dict written to a file of its own under the node's full name, its
 string values kept strings), then ``-r from:=to`` per remapping. This module builds the same
-command line, with ``python -m tt_sam3_ros.node`` for the ``sam3_node`` console script.
+command line, with ``python -m tt_sam3_ros.ros.main`` for the ``sam3_node`` console script.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def node_command(arguments: dict[str, str], folder: Path) -> list[str]:
     module = launch_file()
     overrides, remapped = module.node_configuration(arguments)
     namespace = "/" + arguments["namespace"].strip("/")
-    command = [sys.executable, "-m", "tt_sam3_ros.node", "--ros-args"]
+    command = [sys.executable, "-m", "tt_sam3_ros.ros.main", "--ros-args"]
     command += ["-r", f"__node:={module.NODE_NAME}", "-r", f"__ns:={namespace}"]
     command += ["--params-file", arguments["params_file"]]
     if overrides:

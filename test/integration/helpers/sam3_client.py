@@ -44,12 +44,12 @@ def start_node(
 ) -> subprocess.Popen[str]:
     """Start the node in its own process, ``-p name:=value`` for each param, output to ``log_path``.
 
-    ``program`` replaces ``python -m tt_sam3_ros.node`` (a helper script, the console script).
+    ``program`` replaces ``python -m tt_sam3_ros.ros.main`` (a helper script, the console script).
     A file, not a pipe, takes the output: nobody reads a pipe while the tests run, and a full
     one would block the node. ``cwd``: the node's working folder (tt-metal writes generated/ into
     it); None: this process's.
     """
-    command = program or [sys.executable, "-m", "tt_sam3_ros.node"]
+    command = program or [sys.executable, "-m", "tt_sam3_ros.ros.main"]
     command = [*command, "--ros-args"]
     for name, value in params.items():
         command += ["-p", f"{name}:={value}"]

@@ -132,7 +132,7 @@ def scoring_config_for(decoder, sam3_config):
 @pytest.mark.parametrize("batch", [1, 2])
 def test_tiny_model_decoder_matches_transformers(ttnn, batch):
     """The tiny model's own decoder (2 layers, 20 queries, width 32), end to end."""
-    from tt_sam3_ros.tiny_model import build_tiny_sam3, tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, tiny_sam3_config
 
     model = build_tiny_sam3()
     decoder = model.detr_decoder
@@ -148,7 +148,7 @@ def test_tiny_model_decoder_matches_transformers(ttnn, batch):
 
 def test_last_layer_only_gives_the_last_layers_results(ttnn):
     """all_layers=False: the last layer's results only, exactly as the full run gives them."""
-    from tt_sam3_ros.tiny_model import build_tiny_sam3, tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import build_tiny_sam3, tiny_sam3_config
 
     decoder = build_tiny_sam3().detr_decoder
     decoder.config._attn_implementation = "eager"

@@ -15,9 +15,9 @@ from compare import pcc
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tt_sam3_ros.core.errors import InputError
 from tt_sam3_ros.engines.ttnn_model.prompt_buffers import PromptBuffers, bucket_of, power_of_two_buckets
 from tt_sam3_ros.engines.ttnn_model.trace import TracedPath
-from tt_sam3_ros.errors import InputError
 
 HIDDEN, HEADS, INTERMEDIATE, SIDE = 32, 2, 64, 8
 IMAGE_TOKENS = SIDE * SIDE

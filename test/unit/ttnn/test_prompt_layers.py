@@ -345,7 +345,7 @@ def test_scoring_matches_transformers(ttnn, size):
     from transformers import Sam3Config
 
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_scoring
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     config = tiny_sam3_config() if size == "tiny" else Sam3Config()
     modules, inputs, want = scoring_case(config)
@@ -556,7 +556,7 @@ def test_segmentation_head_end_to_end_tiny_matches_transformers(ttnn):
     from tt_sam3_ros.engines.ttnn_model.prompt_config import padded_length
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_segmentation_head
     from tt_sam3_ros.engines.ttnn_model.segmentation_head import mask_embeddings, mask_logits
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     head, inputs, _, want = head_case(tiny_sam3_config(), side=72)
     chip = Chip(ttnn)
@@ -581,7 +581,7 @@ def test_pixel_decoder_two_prompts_and_traced_replay_tiny(ttnn):
     tokens written into the same buffer, equal to the eager result on those tokens."""
     from tt_sam3_ros.engines.ttnn_model import segmentation_head as sh
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import PIXEL_DECODER_STAGES, prepare_segmentation_head
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     head, inputs, captured, _ = head_case(tiny_sam3_config(), side=72)
     second = captured["attended"].flip(1)  # another prompt's tokens over the same image
@@ -755,7 +755,7 @@ def test_geometry_class_token_matches_transformers(ttnn, size, full_geometry_cas
     from transformers import Sam3Config
 
     from tt_sam3_ros.engines.ttnn_model.prompt_weights import prepare_geometry_encoder
-    from tt_sam3_ros.tiny_model import tiny_sam3_config
+    from tt_sam3_ros.weights.tiny_model import tiny_sam3_config
 
     if size == "full":
         encoder, position, reference = full_geometry_case

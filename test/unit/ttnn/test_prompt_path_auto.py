@@ -15,10 +15,10 @@ import pytest
 from frames import random_frame
 from random_weights import randomise_prompt_path
 
+from tt_sam3_ros.core.exemplars import Exemplar
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
 from tt_sam3_ros.engines.ttnn_model import prompt_check
 from tt_sam3_ros.engines.ttnn_model.prompt_path import ChipPromptPath
-from tt_sam3_ros.exemplars import Exemplar
-from tt_sam3_ros.segmenter import Sam3Segmenter
 
 
 @pytest.fixture(scope="module")

@@ -66,9 +66,9 @@ def test_whole_pipeline_decodes_from_chip_features(emulator, tiny_model, tokeniz
     control: the chip's features of another frame, decoded the same way, fail the same gate."""
     from frames import distinct_frames
 
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.ttnn_engine import TtnnEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     frames = distinct_frames()
     scene, other = frames["scene"], frames["noise_0"]

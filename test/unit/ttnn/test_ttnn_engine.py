@@ -78,7 +78,7 @@ def engine(traced_and_eager):
 
 def reference_features(model, image: np.ndarray):
     """transformers' vision encoder on the image normalised as Sam3Processor does."""
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
 
     with torch.no_grad():
         return model.get_vision_features(pixel_values=torch.from_numpy(preprocess.normalise(image)))

@@ -21,7 +21,7 @@ def ttnn_installed(ttnn, monkeypatch):
 
 
 def test_the_cli_passes_the_ttnn_options_to_the_engine(ttnn_installed, tmp_path: Path) -> None:
-    from tt_sam3_ros import cli
+    from tt_sam3_ros.cli import main as cli
 
     picture = tmp_path / "frame.png"
     Image.fromarray(np.full((60, 80, 3), 90, np.uint8)).save(picture)
@@ -79,7 +79,7 @@ def test_create_engine_puts_the_prompt_path_where_asked(ttnn_installed, tiny_mod
 def test_the_cli_reads_where_the_prompt_path_runs() -> None:
     import argparse
 
-    from tt_sam3_ros import cli
+    from tt_sam3_ros.cli import main as cli
 
     parser = argparse.ArgumentParser()
     cli._model_arguments(parser)
@@ -92,9 +92,9 @@ def test_the_cli_reads_where_the_prompt_path_runs() -> None:
 def test_max_prompts_sizes_the_chip_prompt_path_and_more_prompts_are_refused_before_any_work(
     ttnn_installed, tiny_model, tokenizer
 ) -> None:
+    from tt_sam3_ros.core.errors import InputError
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines import create_engine
-    from tt_sam3_ros.errors import InputError
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     with create_engine(
         "ttnn", tiny_model, tokenizer, ttnn_options={"prompt_path": "chip"}, max_prompts=2, max_instances=7

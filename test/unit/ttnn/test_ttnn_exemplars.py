@@ -27,10 +27,10 @@ from random_weights import randomise_prompt_path
 from test_ttnn_engine import PCC_GATE, pcc, random_pixels
 from test_ttnn_engine import sharp_model as sharp_model  # the fixture
 
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.exemplars import Exemplar
+from tt_sam3_ros.core.segmenter import Sam3Segmenter
 from tt_sam3_ros.engines.base import EngineError
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.exemplars import Exemplar
-from tt_sam3_ros.segmenter import Sam3Segmenter
 
 BOXES = np.array([[0.25, 0.7, 0.3, 0.15], [0.75, 0.35, 0.15, 0.3]], dtype=np.float32)  # cx, cy, w, h
 LABELS = np.array([1, 0], dtype=np.int64)

@@ -53,7 +53,7 @@ def full_size():
     from transformers import Sam3VisionConfig
     from transformers.models.sam3.modeling_sam3 import Sam3VisionModel
 
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
     from tt_sam3_ros.engines.ttnn_model import neck, vit
     from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings
     from tt_sam3_ros.engines.ttnn_model.weights import prepare_neck, prepare_vit, upload

@@ -8,7 +8,7 @@ import pytest
 import torch
 from frames import random_frame
 
-from tt_sam3_ros import preprocess
+from tt_sam3_ros.core import preprocess
 from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings, window_order
 
 CONFIG = ImagePathConfig(

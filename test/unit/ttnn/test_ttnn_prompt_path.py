@@ -157,8 +157,8 @@ MORE = 7
 @pytest.fixture(scope="module")
 def torch_instances(prompt_model, tokenizer, module_rgb_image):
     """The torch engine's best 12 instances on the same weights, threshold 0."""
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
     from tt_sam3_ros.engines.torch_engine import TorchEngine
-    from tt_sam3_ros.segmenter import Sam3Segmenter
 
     reference = Sam3Segmenter(TorchEngine(copy.deepcopy(prompt_model), tokenizer, device="cpu"))
     return reference(module_rgb_image, PROMPTS, threshold=0.0, max_instances=12).instances
@@ -247,7 +247,7 @@ def test_the_kept_queries_are_the_best_with_the_host_prompt_paths_scores_and_box
 
 def segmented(engine, image: np.ndarray, max_instances: int) -> tuple[list[tuple[int, ...]], list]:
     """One segmenter call on the shared engine: the shapes it read from the device, its instances."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     engine.ttnn.log.clear()
     result = Sam3Segmenter(engine)(image, PROMPTS, threshold=0.0, max_instances=max_instances)
@@ -333,7 +333,7 @@ STREAM_SETTINGS = {"threshold": 0.0, "max_instances": 4}
 def one_at_a_time(warm_engine):
     """Each frame of `video` through one segmenter call (nothing overlaps): the results, and the
     image trace's coarse FPN map read after each."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     segmenter, results, maps = Sam3Segmenter(warm_engine), [], []
     for frame in video():
@@ -371,7 +371,7 @@ def test_the_next_frame_uploads_on_queue_1_while_this_one_runs(warm_engine, one_
     write event) before copying it in and replaying N+1's image trace, after N's reads; N+1 is
     not uploaded again. The emulator raises on any cross-queue race on the way, and each frame's
     instances equal the one-call-per-frame ones bit for bit."""
-    from tt_sam3_ros.segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     engine, (want, _) = warm_engine, one_at_a_time
     engine.ttnn.log.clear()
@@ -390,7 +390,7 @@ def test_the_next_frame_uploads_on_queue_1_while_this_one_runs(warm_engine, one_
 
 
 def test_a_frame_other_than_the_prefetched_one_is_uploaded_as_usual(warm_engine, one_at_a_time):
-    from tt_sam3_ros import preprocess
+    from tt_sam3_ros.core import preprocess
 
     engine, (_, maps) = warm_engine, one_at_a_time
     first, second = (preprocess.resize_to_model(frame) for frame in video())

@@ -15,7 +15,7 @@ import pytest
 import torch
 from compare import pcc
 
-from tt_sam3_ros import preprocess
+from tt_sam3_ros.core import preprocess
 
 PCC_GATE = 0.99
 

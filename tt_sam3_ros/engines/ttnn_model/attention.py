@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .config import TILE, DeviceSettings, round_up
-from .layers import linear
+from tt_sam3_ros.engines.ttnn_model.config import TILE, DeviceSettings, round_up
+from tt_sam3_ros.engines.ttnn_model.layers import linear
 
 #: Added to the score of a masked key: exp() of it is exactly 0 in float32 and bfloat16, and it
 #: stays finite, so a padded row can never turn into NaN.

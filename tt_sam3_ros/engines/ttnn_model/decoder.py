@@ -47,12 +47,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .attention import multi_head_attention, sub_weights
-from .config import TILE, DeviceSettings, round_up
-from .fusion_encoder import mlp
-from .layers import decoder_mlp, layer_norm
-from .prompt_config import PromptLayerConfig, padded_length
-from .scoring import ScoringConfig, presence_logits
+from tt_sam3_ros.engines.ttnn_model.attention import multi_head_attention, sub_weights
+from tt_sam3_ros.engines.ttnn_model.config import TILE, DeviceSettings, round_up
+from tt_sam3_ros.engines.ttnn_model.fusion_encoder import mlp
+from tt_sam3_ros.engines.ttnn_model.layers import decoder_mlp, layer_norm
+from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig, padded_length
+from tt_sam3_ros.engines.ttnn_model.scoring import ScoringConfig, presence_logits
 
 #: transformers' inverse_sigmoid epsilon; the logits the stack carries are clamped to +-ln(1/eps - 1).
 INVERSE_SIGMOID_EPS = 1e-3

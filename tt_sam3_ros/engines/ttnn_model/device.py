@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ..base import EngineError
+from tt_sam3_ros.engines.base import EngineError
 
 LOG = logging.getLogger(__name__)
 

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .attention import multi_head_attention, positioned_self_attention, sub_weights
-from .config import DeviceSettings
-from .layers import layer_norm, linear
-from .prompt_config import PromptLayerConfig
+from tt_sam3_ros.engines.ttnn_model.attention import (
+    multi_head_attention,
+    positioned_self_attention,
+    sub_weights,
+)
+from tt_sam3_ros.engines.ttnn_model.config import DeviceSettings
+from tt_sam3_ros.engines.ttnn_model.layers import layer_norm, linear
+from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig
 
 
 def mlp(ttnn: Any, x: Any, w: dict[str, Any], settings: DeviceSettings, hidden_dtype: Any = None) -> Any:

@@ -32,10 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import AttentionShape, multi_head_attention, sub_weights
-from .config import TILE, DeviceSettings
-from .fusion_encoder import mlp
-from .layers import layer_norm, linear
+from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape, multi_head_attention, sub_weights
+from tt_sam3_ros.engines.ttnn_model.config import TILE, DeviceSettings
+from tt_sam3_ros.engines.ttnn_model.fusion_encoder import mlp
+from tt_sam3_ros.engines.ttnn_model.layers import layer_norm, linear
 
 #: Rows of the class-token tile: the token itself and tile padding.
 ROWS = TILE

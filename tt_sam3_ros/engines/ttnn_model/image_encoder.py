@@ -14,13 +14,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import neck, vit
-from .attention import sub_weights
-from .config import ImagePathConfig, device_settings
-from .device import COMMAND_QUEUES, SIMULATOR_COMMAND_QUEUES, BlackholeChips, open_blackhole
-from .geometry_encoder import GeometryConfig, class_token
-from .trace import TracedPath
-from .weights import HostWeight, upload
+from tt_sam3_ros.engines.ttnn_model import neck, vit
+from tt_sam3_ros.engines.ttnn_model.attention import sub_weights
+from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, device_settings
+from tt_sam3_ros.engines.ttnn_model.device import (
+    COMMAND_QUEUES,
+    SIMULATOR_COMMAND_QUEUES,
+    BlackholeChips,
+    open_blackhole,
+)
+from tt_sam3_ros.engines.ttnn_model.geometry_encoder import GeometryConfig, class_token
+from tt_sam3_ros.engines.ttnn_model.trace import TracedPath
+from tt_sam3_ros.engines.ttnn_model.weights import HostWeight, upload
 
 LOG = logging.getLogger(__name__)
 #: Name prefix of the geometry encoder's weights among the image path's.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .config import TILE, DeviceSettings
+from tt_sam3_ros.engines.ttnn_model.config import TILE, DeviceSettings
 
 #: ttnn.linear's activation names and the unary op (with its parameters) a matmul program fuses
 #: for each: GELU's 1.0 asks for the approximate GELU, the one ttnn fuses by default.

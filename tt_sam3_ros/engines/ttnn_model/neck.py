@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import DeviceSettings, ImagePathConfig
-from .layers import conv3x3
+from tt_sam3_ros.engines.ttnn_model.config import DeviceSettings, ImagePathConfig
+from tt_sam3_ros.engines.ttnn_model.layers import conv3x3
 
 
 def to_row_order(ttnn: Any, x: Any, config: ImagePathConfig, settings: DeviceSettings) -> Any:

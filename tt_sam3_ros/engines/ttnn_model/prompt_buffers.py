@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from ...errors import InputError
-from .attention import key_padding_mask
-from .trace import TracedPath
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
+from tt_sam3_ros.engines.ttnn_model.trace import TracedPath
 
 #: forward(bucket, features, masks, *inputs) -> outputs: the prompt path on `bucket` prompts.
 PromptForward = Callable[..., list[Any]]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import AttentionShape
-from .config import TILE, round_up
+from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape
+from tt_sam3_ros.engines.ttnn_model.config import TILE, round_up
 
 
 @dataclass(frozen=True)

@@ -63,25 +63,30 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..base import DecodedBatch, EngineError
-from . import segmentation_head as head
-from . import selection
-from .attention import AttentionShape
-from .config import TILE
-from .decoder import DecoderStackConfig, DecoderStackInputs, decoder_stack
-from .fusion_encoder import fusion_encoder
-from .prompt_buffers import PromptBuffers, power_of_two_buckets
-from .prompt_config import PromptLayerConfig
-from .prompt_weights import (
+from tt_sam3_ros.engines.base import DecodedBatch, EngineError
+from tt_sam3_ros.engines.ttnn_model import segmentation_head as head
+from tt_sam3_ros.engines.ttnn_model import selection
+from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape
+from tt_sam3_ros.engines.ttnn_model.config import TILE
+from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig, DecoderStackInputs, decoder_stack
+from tt_sam3_ros.engines.ttnn_model.fusion_encoder import fusion_encoder
+from tt_sam3_ros.engines.ttnn_model.prompt_buffers import PromptBuffers, power_of_two_buckets
+from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig
+from tt_sam3_ros.engines.ttnn_model.prompt_weights import (
     PIXEL_DECODER_STAGES,
     prepare_decoder,
     prepare_fusion_encoder,
     prepare_scoring,
     prepare_segmentation_head,
 )
-from .scoring import ScoringConfig, presence_logits, presence_selector, query_logits
-from .selection import HOST_TOP_K
-from .weights import upload
+from tt_sam3_ros.engines.ttnn_model.scoring import (
+    ScoringConfig,
+    presence_logits,
+    presence_selector,
+    query_logits,
+)
+from tt_sam3_ros.engines.ttnn_model.selection import HOST_TOP_K
+from tt_sam3_ros.engines.ttnn_model.weights import upload
 
 #: Where the prompt path runs, in words (describe()).
 ON_CHIP = "class token, fusion encoder, decoder, scoring, top-k selection, segmentation head"

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from .attention import AttentionShape
-from .config import TILE
-from .decoder import RPB_SCALE
-from .weights import HostWeight
+from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape
+from tt_sam3_ros.engines.ttnn_model.config import TILE
+from tt_sam3_ros.engines.ttnn_model.decoder import RPB_SCALE
+from tt_sam3_ros.engines.ttnn_model.weights import HostWeight
 
 
 def _matrix(weight: torch.Tensor) -> torch.Tensor:
@@ -335,7 +335,7 @@ def prepare_decoder(decoder: Any, config: Any) -> dict[str, HostWeight]:
     presence_head, ref_point_head) under their transformers names; the box head's 4 outputs
     padded to 32 columns (zero weights, so padding columns of the logits stay 0).
     """
-    from .attention import key_padding_mask
+    from tt_sam3_ros.engines.ttnn_model.attention import key_padding_mask
 
     rows, hidden = config.rows, decoder.config.hidden_size
     box_head = _decoder_mlp(decoder.box_head, "box_head.")

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from .config import DeviceSettings
-from .layers import decoder_mlp, linear
+from tt_sam3_ros.engines.ttnn_model.config import DeviceSettings
+from tt_sam3_ros.engines.ttnn_model.layers import decoder_mlp, linear
 
 
 @dataclass(frozen=True)

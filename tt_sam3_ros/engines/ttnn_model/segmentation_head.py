@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import AttentionShape, multi_head_attention, sub_weights
-from .config import TILE, DeviceSettings
-from .layers import conv3x3, layer_norm, linear
+from tt_sam3_ros.engines.ttnn_model.attention import AttentionShape, multi_head_attention, sub_weights
+from tt_sam3_ros.engines.ttnn_model.config import TILE, DeviceSettings
+from tt_sam3_ros.engines.ttnn_model.layers import conv3x3, layer_norm, linear
 
 #: The key of the GroupNorm input mask among the head's device weights.
 NORM_MASK = "pixel.norm_mask"

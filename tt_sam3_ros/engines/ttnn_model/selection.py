@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .config import DeviceSettings
+from tt_sam3_ros.engines.ttnn_model.config import DeviceSettings
 
 #: Added to the value of a row that is not a query: detection scores lie in [0, 1] and query
 #: logits far inside +-16384, so such a row sorts below every query and fails every threshold

@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import layers, prompt_check, selection
-from . import segmentation_head as head
-from .weights import HostWeight, upload
+from tt_sam3_ros.engines.ttnn_model import layers, prompt_check, selection
+from tt_sam3_ros.engines.ttnn_model import segmentation_head as head
+from tt_sam3_ros.engines.ttnn_model.weights import HostWeight, upload
 
 LOG = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import DeviceSettings, ImagePathConfig
-from .layers import layer_norm, linear
+from tt_sam3_ros.engines.ttnn_model.config import DeviceSettings, ImagePathConfig
+from tt_sam3_ros.engines.ttnn_model.layers import layer_norm, linear
 
 #: The block's activations kept in L1 (settings.l1) rather than DRAM: each is made and consumed
 #: within a few ops, and its per-core share (full size: 96 KiB for a (1, 5184, 1024) bfloat16

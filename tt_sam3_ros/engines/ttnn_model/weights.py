@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .config import ImagePathConfig, window_order
+from tt_sam3_ros.engines.ttnn_model.config import ImagePathConfig, window_order
 
 #: A weight's role decides its device dtype: "matmul" -> matmul_dtype, "param" -> param_dtype,
 #: "float32" -> float32 (state that must keep its bits, e.g. the decoder's initial box logits),

@@ -8,15 +8,32 @@ one home, never written again here.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.parameter import Parameter
 from rclpy.qos import ReliabilityPolicy
 
-from tt_sam3_ros.depth import DepthLimits
-from tt_sam3_ros.depth_pairing import DepthSettings
+from tt_sam3_ros.core.errors import quoted
+from tt_sam3_ros.core.preprocess import DEFAULT_MAX_IMAGE_SIDE
+from tt_sam3_ros.core.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS
+from tt_sam3_ros.core.results import MAX_LABELLED_INSTANCES
+from tt_sam3_ros.core.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
+from tt_sam3_ros.core.settings import (
+    MAX_CAMERAS,
+    MAX_DEVICES,
+    RELIABILITY_NAMES,
+    TRACK_MAX_AGE_FRAMES_RANGE,
+    TRACK_MAX_AGE_RANGE,
+    TRACK_MIN_IOU_RANGE,
+    TRANSPORTS,
+)
+from tt_sam3_ros.core.tracking import (
+    DEFAULT_MAX_AGE_FRAMES,
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MIN_IOU,
+)
+from tt_sam3_ros.core.video_tracker import TRACKERS
 from tt_sam3_ros.engines import (
     DEFAULT_TTNN_PROMPT_PATH,
     ENGINE_NAMES,
@@ -24,36 +41,12 @@ from tt_sam3_ros.engines import (
     TTNN_OPTIONS,
     TTNN_PROMPT_PATHS,
 )
-from tt_sam3_ros.errors import InputError, quoted
-from tt_sam3_ros.pipeline import RunSettings
-from tt_sam3_ros.preprocess import DEFAULT_MAX_IMAGE_SIDE
-from tt_sam3_ros.prompts import MAX_PROMPT_CHARS, MAX_PROMPTS, check_max_prompts, validate_prompts
-from tt_sam3_ros.results import MAX_LABELLED_INSTANCES
-from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD, THRESHOLD_RANGE
-from tt_sam3_ros.tiny_model import TINY_MODEL_ID
-from tt_sam3_ros.tracking import (
-    DEFAULT_MAX_AGE_FRAMES,
-    DEFAULT_MAX_AGE_S,
-    DEFAULT_MIN_IOU,
-    check_tracking_settings,
-)
-from tt_sam3_ros.video_tracker import SAM3_TRACKER_ENGINES, TRACKERS
 from tt_sam3_ros.weights.release import DEFAULT_MODEL_ID
+from tt_sam3_ros.weights.tiny_model import TINY_MODEL_ID
 
-TRANSPORTS = ("raw", "compressed")
-#: Most cameras one node serves: each adds a subscription, five publishers and a status.
-MAX_CAMERAS = 16
-#: Most chips one node drives (a Galaxy holds 32).
-MAX_DEVICES = 32
-#: The ``devices`` value that means every chip ttnn sees.
-ALL_DEVICES = "all"
-#: A camera name is one ROS name token: it becomes part of topic names (front/image, ~/front/masks).
-CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-#: Said when prompts exceed max_prompts: the limit sized the engine at configure.
-MAX_PROMPTS_HINT = (
-    " (max_prompts, read at configure: deactivate and clean up the node, set max_prompts, then configure)"
+RELIABILITIES = dict(
+    zip(RELIABILITY_NAMES, (ReliabilityPolicy.BEST_EFFORT, ReliabilityPolicy.RELIABLE), strict=True)
 )
-RELIABILITIES = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 
 # When each parameter may change. Dynamic ones apply from the next processed frame.
 DYNAMIC = (
@@ -72,9 +65,6 @@ DYNAMIC = (
     "track_min_iou",
 )
 #: The ranges the descriptors state (the tracker's own check refuses 0 and below for both).
-TRACK_MAX_AGE_RANGE = (0.01, 3600.0)
-TRACK_MAX_AGE_FRAMES_RANGE = (1, 1000)
-TRACK_MIN_IOU_RANGE = (0.01, 1.0)
 READ_AT_CONFIGURE = (
     "engine",
     "tracker",
@@ -357,32 +347,6 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
 }
 
 
-class ClassIds:
-    """Integer class ids for prompt texts, stable for the node's life.
-
-    A prompt keeps its id while the node runs, through prompt changes, so a detection computed
-    just before a change still means what the LabelInfo of its time said. New prompts take the
-    next id; ids count up from 0 (the first prompts get 0, 1, ... in order). LabelInfo's
-    class_id is a uint16 and its last value is the box-only concept's (``pipeline.BOX_ONLY_CLASS_ID``):
-    once 65,535 distinct prompts have been seen, the ids restart from the prompts in force.
-    """
-
-    LIMIT = 65535
-
-    def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
-
-    def assign(self, prompts: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-        """(prompt, id) for ``prompts``, giving new prompts the next ids."""
-        new = [p for p in dict.fromkeys(prompts) if p not in self._ids]
-        if len(self._ids) + len(new) > self.LIMIT:
-            self._ids = {}
-            new = list(dict.fromkeys(prompts))
-        for prompt in new:
-            self._ids[prompt] = len(self._ids)
-        return tuple((p, self._ids[p]) for p in prompts)
-
-
 #: Each parameter's ROS type, for the type check (the node declares them dynamically typed so
 #: that a wrong type gets this module's refusal, not rclpy's "expected '9' got '6'").
 TYPES: dict[str, Parameter.Type] = {
@@ -486,118 +450,6 @@ def _type_words(type_: Parameter.Type) -> str:
     }.get(type_, str(type_))
 
 
-def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> str:
-    """Why this combination of parameter values is unusable ('' when it is fine)."""
-    prompts = values["prompts"]
-    try:
-        max_prompts = check_max_prompts(values["max_prompts"])
-    except InputError as error:
-        return str(error)
-    if prompts is not None or prompts_required:
-        try:
-            validate_prompts(prompts if prompts is not None else [], max_prompts=max_prompts, exact=True)
-        except ValueError as error:
-            hint = MAX_PROMPTS_HINT if "too many prompts" in str(error) else ""
-            return f"prompts rejected: {error}{hint}"
-    low, high = THRESHOLD_RANGE
-    if not low <= values["threshold"] <= high:
-        return f"threshold must be in [{low:g}, {high:g}], got {values['threshold']}"
-    try:
-        check_tracking_settings(
-            values["track_max_age_s"], values["track_min_iou"], values["track_max_age_frames"]
-        )
-    except InputError as error:
-        return str(error)
-    if values["tracker"] == "sam3" and values["engine"] not in SAM3_TRACKER_ENGINES:
-        return (
-            f"tracker 'sam3' cannot run on the {values['engine']} engine: SAM 3's video tracker runs in "
-            "PyTorch only; set engine to torch, or tracker to association"
-        )
-    for name, choices in (
-        ("engine", ENGINE_NAMES),
-        ("tracker", TRACKERS),
-        ("ttnn_weight_dtype", TTNN_DTYPE_NAMES),
-        ("ttnn_param_dtype", TTNN_DTYPE_NAMES),
-        ("ttnn_prompt_path", TTNN_PROMPT_PATHS),
-        ("transport", TRANSPORTS),
-        ("qos_reliability", RELIABILITIES),
-    ):
-        if values[name] not in choices:
-            return f"{name} must be one of {', '.join(choices)}; got {quoted(values[name])}"
-    try:
-        _depth_limits(values)
-        camera_names(values.get("cameras"))
-        devices = device_names(values.get("devices"))
-    except InputError as error:
-        return str(error)
-    if devices and (values["engine"] == "torch" or values["tracker"] == "sam3"):
-        return (
-            "devices names Tenstorrent chips, which the ttnn engine drives; the torch engine (and tracker "
-            "'sam3') runs on the one device 'device' names: set engine to ttnn or auto, or leave devices "
-            "unset"
-        )
-    if devices and values["device"]:
-        return (
-            f"set devices or device, not both (device {quoted(values['device'])}, devices "
-            f"[{', '.join(devices)}]): devices names every chip to serve on; leave device empty"
-        )
-    return ""
-
-
-def camera_names(cameras: list[str] | None) -> tuple[str, ...]:
-    """The ``cameras`` parameter checked: distinct ROS name tokens; () when unset or empty.
-
-    Raises:
-        InputError: naming the offending entry (quoted: it is untrusted text).
-    """
-    names = tuple(cameras or ())
-    if len(names) > MAX_CAMERAS:
-        raise InputError(f"cameras: at most {MAX_CAMERAS} cameras, got {len(names)}")
-    for name in names:
-        if not CAMERA_NAME.fullmatch(name):
-            raise InputError(
-                f"cameras: {quoted(name)} is not a camera name (a letter, then up to 63 letters, "
-                "digits or '_')"
-            )
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise InputError(f"cameras: {quoted(duplicates[0])} is named twice")
-    return names
-
-
-def device_names(devices: list[str] | None) -> tuple[str, ...]:
-    """The ``devices`` parameter checked: distinct chip ids ('0', '1', ...) or ('all',); () when
-    unset or empty.
-
-    Raises:
-        InputError: naming the offending entry (quoted: it is untrusted text).
-    """
-    names = tuple(name.strip() for name in devices or ())
-    if ALL_DEVICES in names and len(names) > 1:
-        raise InputError(
-            f"devices: '{ALL_DEVICES}' stands alone (every chip ttnn sees); got {len(names)} entries"
-        )
-    if len(names) > MAX_DEVICES:
-        raise InputError(f"devices: at most {MAX_DEVICES} chips, got {len(names)}")
-    for name in names:
-        if name != ALL_DEVICES and not (name.isascii() and name.isdigit()):
-            raise InputError(f"devices: {quoted(name)} is not a chip id (0, 1, ...) nor '{ALL_DEVICES}'")
-    ids = [str(int(name)) if name != ALL_DEVICES else name for name in names]
-    duplicates = sorted({name for name in ids if ids.count(name) > 1})
-    if duplicates:
-        raise InputError(f"devices: chip {duplicates[0]} is named twice")
-    return tuple(ids)
-
-
-def _depth_limits(values: dict[str, Any]) -> DepthLimits:
-    """The depth validity limits from parameter values (raises InputError with the reason)."""
-    return DepthLimits(
-        min_m=float(values["depth_min_m"]),
-        max_m=float(values["depth_max_m"]),
-        min_points=int(values["depth_min_points"]),
-    )
-
-
 def ttnn_options(values: dict[str, Any]) -> dict[str, Any]:
     """The ttnn engine's options for create_engine: a ttnn_* parameter's value, or None at its
     default (create_engine's default then applies: the same value).
@@ -611,23 +463,3 @@ def ttnn_options(values: dict[str, Any]) -> dict[str, Any]:
         value = values[name]
         options[option] = None if value in ("", PARAMETERS[name][0]) else value
     return options
-
-
-def settings_from(values: dict[str, Any]) -> RunSettings:
-    """The worker's settings from valid parameter values (``invalid_values`` returned '')."""
-    prompts = values["prompts"]
-    return RunSettings(
-        prompts=tuple(validate_prompts(prompts, values["max_prompts"], exact=True)) if prompts else (),
-        threshold=float(values["threshold"]),
-        max_instances=int(values["max_instances"]),
-        publish_overlay=bool(values["publish_overlay"]),
-        depth=DepthSettings(
-            limits=_depth_limits(values),
-            max_skew_s=float(values["depth_max_skew_s"]),
-            points_stride=int(values["points_stride"]),
-        ),
-        tracking=bool(values["tracking"]),
-        track_max_age_s=float(values["track_max_age_s"]),
-        track_max_age_frames=int(values["track_max_age_frames"]),
-        track_min_iou=float(values["track_min_iou"]),
-    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from .results import SegmentationResult
+from tt_sam3_ros.core.results import SegmentationResult
 
 _MASK_ALPHA = 0.5
 

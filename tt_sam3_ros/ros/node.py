@@ -38,7 +38,6 @@ import contextlib
 import copy
 import dataclasses
 import functools
-import sys
 import threading
 import time
 import traceback
@@ -61,10 +60,22 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
 from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 
-from tt_sam3_ros import messages, messages_3d
-from tt_sam3_ros.chips import Chip, ChipPool
-from tt_sam3_ros.depth_pairing import Answer3D
-from tt_sam3_ros.diagnostics import (
+from tt_sam3_ros.core.class_ids import ClassIds
+from tt_sam3_ros.core.depth_pairing import Answer3D
+from tt_sam3_ros.core.errors import InputError, printable, quoted
+from tt_sam3_ros.core.exemplars import BOX_ONLY_PROMPT, check_exemplars
+from tt_sam3_ros.core.settings import (
+    ALL_DEVICES,
+    RunSettings,
+    camera_names,
+    device_names,
+    invalid_values,
+    settings_from,
+)
+from tt_sam3_ros.engines import CHECKED_STAGES, EngineError, chip_count
+from tt_sam3_ros.engines.ttnn_model.device import BlackholeChips
+from tt_sam3_ros.ros import messages, messages_3d
+from tt_sam3_ros.ros.diagnostics import (
     NodeView,
     camera_status,
     chip_status,
@@ -72,28 +83,18 @@ from tt_sam3_ros.diagnostics import (
     segmentation_status,
     tracking_status,
 )
-from tt_sam3_ros.engines import CHECKED_STAGES, EngineError, chip_count
-from tt_sam3_ros.engines.ttnn_model.device import BlackholeChips
-from tt_sam3_ros.errors import InputError, printable, quoted
-from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, check_exemplars
-from tt_sam3_ros.log_forwarding import forward_library_logging, stop_forwarding
-from tt_sam3_ros.node_parameters import (
-    ALL_DEVICES,
+from tt_sam3_ros.ros.log_forwarding import forward_library_logging, stop_forwarding
+from tt_sam3_ros.ros.parameters import (
     PARAMETERS,
     READ_AT_ACTIVATE,
     READ_AT_CONFIGURE,
     RELIABILITIES,
-    ClassIds,
-    RunSettings,
-    camera_names,
     coerced,
-    device_names,
-    invalid_values,
-    settings_from,
     ttnn_options,
     wrong_type,
 )
-from tt_sam3_ros.pipeline import (
+from tt_sam3_ros.runtime.chips import Chip, ChipPool
+from tt_sam3_ros.runtime.pipeline import (
     ENGINE_ERROR_LIMIT,
     LOG_THROTTLE_S,
     REASON_LIMIT,
@@ -104,10 +105,10 @@ from tt_sam3_ros.pipeline import (
     Wants,
     is_expected_failure,
 )
-from tt_sam3_ros.tiny_model import TINY_MODEL_ID
-from tt_sam3_ros.worker import Frame, FrameSlot
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot
+from tt_sam3_ros.weights.tiny_model import TINY_MODEL_ID
 
-__all__ = ["ENGINE_ERROR_LIMIT", "NODE_NAME", "Sam3Node", "main"]
+__all__ = ["ENGINE_ERROR_LIMIT", "NODE_NAME", "Sam3Node"]
 
 NODE_NAME = "sam3"
 
@@ -619,7 +620,7 @@ class Sam3Node(LifecycleNode):
         ``request`` holds the READ_AT_CONFIGURE parameter values and max_instances' value,
         captured by on_configure; ``device`` is the chip's (``device``'s value with one chip).
         """
-        from tt_sam3_ros.segmenter import Sam3Segmenter
+        from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
         request = {**request, "device": device}
 
@@ -629,7 +630,7 @@ class Sam3Node(LifecycleNode):
                 "every detection and mask it publishes is MEANINGLESS (plumbing tests only)"
             )
         if request["tracker"] == "sam3":
-            from tt_sam3_ros.video_tracker import Sam3VideoEngine
+            from tt_sam3_ros.core.video_tracker import Sam3VideoEngine
 
             return Sam3VideoEngine.from_pretrained(
                 model_id=request["model_id"],
@@ -1016,14 +1017,3 @@ class Sam3Node(LifecycleNode):
             return ""
         serving = ", ".join(chip.name for chip in chips.serving) or "none"
         return f"{', '.join(chip.name for chip in chips.chips)} (serving: {serving})"
-
-
-def main(args: list[str] | None = None) -> int:
-    """Run the node until SIGINT/SIGTERM; exit 0 then, 1 when it could not start (``node_main``)."""
-    from tt_sam3_ros.node_main import run
-
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

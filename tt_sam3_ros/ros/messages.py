@@ -31,10 +31,10 @@ from vision_msgs.msg import (
     VisionClass,
 )
 
-from tt_sam3_ros import preprocess
-from tt_sam3_ros.errors import InputError, quoted
-from tt_sam3_ros.exemplars import MAX_BOXES, Exemplar
-from tt_sam3_ros.results import SegmentationResult
+from tt_sam3_ros.core import preprocess
+from tt_sam3_ros.core.errors import InputError, quoted
+from tt_sam3_ros.core.exemplars import MAX_BOXES, Exemplar
+from tt_sam3_ros.core.results import SegmentationResult
 
 #: Least score of a prompt box that marks it positive ("more like this"); lower is negative.
 POSITIVE_SCORE = 0.5

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
-from tt_sam3_ros.chips import OUT_OF_SERVICE, SERVING, ChipSnapshot
-from tt_sam3_ros.tracking import AgeingView
-from tt_sam3_ros.worker import StatsSnapshot
+from tt_sam3_ros.core.tracking import AgeingView
+from tt_sam3_ros.runtime.chips import OUT_OF_SERVICE, SERVING, ChipSnapshot
+from tt_sam3_ros.runtime.worker import StatsSnapshot
 
 
 def no_prompts_hint(node: str) -> str:

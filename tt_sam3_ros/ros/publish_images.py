@@ -26,8 +26,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from tt_sam3_ros import messages
-from tt_sam3_ros.video import frames
+from tt_sam3_ros.core.video import frames
+from tt_sam3_ros.ros import messages
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
 # Reliable publishers reach best-effort and reliable subscribers alike; depth 1 keeps

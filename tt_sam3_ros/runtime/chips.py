@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tt_sam3_ros.worker import Frame, FrameSlot, FrameStats, InferenceWorker, StatsSnapshot
+from tt_sam3_ros.runtime.worker import Frame, FrameSlot, FrameStats, InferenceWorker, StatsSnapshot
 
 #: A chip's states, as /diagnostics says them.
 STARTING, SERVING, OUT_OF_SERVICE, RELEASED = "starting", "serving", "out of service", "released"

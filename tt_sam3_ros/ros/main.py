@@ -1,7 +1,7 @@
 """The node's process: rclpy start-up, the executor on its own thread, signals, and the exit code.
 
-``node.main`` (the ``sam3_node`` entry point) calls ``run``. Kept apart from ``node.py`` so the
-node class is the ROS wiring of one node and nothing else.
+``main`` is the ``sam3_node`` entry point. This module imports the node, never the other way
+round: ``node.py`` is the lifecycle node and nothing else.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import rclpy.logging
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
-from tt_sam3_ros.errors import printable
-from tt_sam3_ros.node import NODE_NAME, Sam3Node
-from tt_sam3_ros.pipeline import REASON_LIMIT
+from tt_sam3_ros.core.errors import printable
+from tt_sam3_ros.ros.node import NODE_NAME, Sam3Node
+from tt_sam3_ros.runtime.pipeline import REASON_LIMIT
 
 #: A second SIGINT/SIGTERM this soon after the first is the same request delivered twice
 #: (``ros2 launch`` forwards one to a process that already got the process group's).
@@ -179,3 +179,13 @@ def _ignore_stop_signals() -> None:
     """
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+
+
+def main(args: list[str] | None = None) -> int:
+    """The ``sam3_node`` console script: run the node until SIGINT/SIGTERM; exit 0 then, 1 when it
+    could not start."""
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .engines.base import TEXT_CONTEXT
+from tt_sam3_ros.engines.base import TEXT_CONTEXT
 
 if TYPE_CHECKING:
     import torch
@@ -56,7 +56,7 @@ def tiny_sam3_config(head_width: int = 32) -> Sam3Config:
     """
     from transformers import Sam3Config
 
-    from .weights.meta_constants import apply_meta_constants
+    from tt_sam3_ros.weights.meta_constants import apply_meta_constants
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
     head = {"hidden_size": head_width, "intermediate_size": 2 * head_width, "num_attention_heads": 2}
@@ -263,7 +263,7 @@ def _bpe_vocabulary_path() -> Path:
     """
     spec = importlib.util.find_spec("open_clip")
     if spec is None or not spec.submodule_search_locations:
-        from .weights.errors import WeightsError
+        from tt_sam3_ros.weights.errors import WeightsError
 
         raise WeightsError(
             "SAM 3's CLIP tokenizer is built from the vocabulary file that the open-clip-torch "

@@ -45,8 +45,8 @@ from functools import cached_property
 
 import numpy as np
 
-from tt_sam3_ros.errors import InputError
-from tt_sam3_ros.results import MAX_LABELLED_INSTANCES, SegmentationResult
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.results import MAX_LABELLED_INSTANCES, SegmentationResult
 
 #: Metres per stored unit for the depth dtypes accepted.
 METRES_PER_UNIT: dict[np.dtype, float] = {np.dtype(np.uint16): 0.001, np.dtype(np.float32): 1.0}

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tt_sam3_ros import depth
-from tt_sam3_ros.errors import InputError, quoted
-from tt_sam3_ros.results import SegmentationResult
+from tt_sam3_ros.core import depth
+from tt_sam3_ros.core.errors import InputError, quoted
+from tt_sam3_ros.core.results import SegmentationResult
 
 #: Depth frames kept from before a colour frame's arrival (4 at 30 Hz: the last 130 ms).
 DEPTH_HISTORY = 4

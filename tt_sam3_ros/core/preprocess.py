@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .engines.base import MODEL_SIDE
-from .errors import InputError
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.engines.base import MODEL_SIDE
 
 #: Default largest accepted image side; bigger frames are rejected, not resized silently.
 DEFAULT_MAX_IMAGE_SIDE = 4096

@@ -9,7 +9,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
-from .errors import InputError, quoted
+from tt_sam3_ros.core.errors import InputError, quoted
 
 #: Most prompts one call may carry.
 MAX_PROMPTS = 16

@@ -28,9 +28,10 @@ from vision_msgs.msg import (
     ObjectHypothesisWithPose,
 )
 
-from tt_sam3_ros import depth, messages
-from tt_sam3_ros.depth_pairing import CameraInfoData, DepthFrame
-from tt_sam3_ros.errors import InputError, quoted
+from tt_sam3_ros.core import depth
+from tt_sam3_ros.core.depth_pairing import CameraInfoData, DepthFrame
+from tt_sam3_ros.core.errors import InputError, quoted
+from tt_sam3_ros.ros import messages
 
 #: Depth encodings accepted, with their element type (little-endian) and unit. mono16 is read
 #: as 16UC1 millimetres, as depth_image_proc does (some drivers label their depth so).

@@ -22,17 +22,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .engines import TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
-from .engines.base import EngineError
-from .errors import InputError, quoted
-from .exemplars import Exemplar
-from .tiny_model import TINY_MODEL_ID
-from .weights import WeightsError
+from tt_sam3_ros.core.errors import InputError, quoted
+from tt_sam3_ros.core.exemplars import Exemplar
+from tt_sam3_ros.engines import TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
+from tt_sam3_ros.engines.base import EngineError
+from tt_sam3_ros.weights import WeightsError
+from tt_sam3_ros.weights.tiny_model import TINY_MODEL_ID
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .video import TrackWriter, VideoInfo
+    from tt_sam3_ros.core.video import TrackWriter, VideoInfo
 
 #: The errors whose message is written for the user (what is wrong, what to do): printed as one
 #: line. Exit status 1 for weights that cannot be had, 2 for a bad argument or an unusable engine.
@@ -89,7 +89,7 @@ def _segmentation_arguments(
     parser: argparse.ArgumentParser, instances_per: str, prompt_required: bool = True
 ) -> None:
     """Prompts, output folder and the selection settings (segment and track share them)."""
-    from .segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
+    from tt_sam3_ros.core.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
 
     parser.add_argument(
         "--prompt",
@@ -194,7 +194,7 @@ def _checked_boxes(
 ) -> list[Exemplar]:
     """--box and --negative-box as Exemplars, checked against the image before the model load
     (positives first)."""
-    from .exemplars import check_exemplars, clip_to_image
+    from tt_sam3_ros.core.exemplars import check_exemplars, clip_to_image
 
     boxes = [parse_box(b, True, prompts) for b in args.box]
     boxes += [parse_box(b, False, prompts) for b in args.negative_box]
@@ -207,9 +207,9 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
     Raises:
         InputError: a prompt, a setting or the image cannot be used; the message says which.
     """
-    from .preprocess import load_image
-    from .prompts import validate_prompts
-    from .segmenter import check_settings
+    from tt_sam3_ros.core.preprocess import load_image
+    from tt_sam3_ros.core.prompts import validate_prompts
+    from tt_sam3_ros.core.segmenter import check_settings
 
     # segment may go without --prompt (box-only): an empty list is then checked with the boxes.
     boxes_given = getattr(args, "box", None) or getattr(args, "negative_box", None)
@@ -226,8 +226,8 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[str], np.ndarray]:
 def _run_segment(args: argparse.Namespace) -> int:
     import cv2
 
-    from .overlay import draw_overlay
-    from .segmenter import Sam3Segmenter
+    from tt_sam3_ros.core.overlay import draw_overlay
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     prompts, rgb = _checked_inputs(args)
     boxes = _checked_boxes(args, prompts, rgb.shape[:2])
@@ -267,7 +267,7 @@ def _run_segment(args: argparse.Namespace) -> int:
 
 
 def _track_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .tracking import DEFAULT_MAX_AGE_FRAMES, DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU
+    from tt_sam3_ros.core.tracking import DEFAULT_MAX_AGE_FRAMES, DEFAULT_MAX_AGE_S, DEFAULT_MIN_IOU
 
     parser = subparsers.add_parser(
         "track", help="segment every frame of a video and track the instances; write an MP4 and JSON lines"
@@ -308,10 +308,10 @@ def _track_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_track(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .prompts import validate_prompts
-    from .segmenter import Sam3Segmenter, check_settings
-    from .tracking import InstanceTracker, check_tracking_settings
-    from .video import TrackWriter, frames, probe
+    from tt_sam3_ros.core.prompts import validate_prompts
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter, check_settings
+    from tt_sam3_ros.core.tracking import InstanceTracker, check_tracking_settings
+    from tt_sam3_ros.core.video import TrackWriter, frames, probe
 
     # Everything a user can get wrong is checked before the (slow) model load.
     prompts = validate_prompts(args.prompt)
@@ -374,8 +374,8 @@ def _track_with_sam3(
     """`track --tracker sam3`: SAM 3's video tracker over the video, one frame at a time."""
     from tqdm import tqdm
 
-    from .video import frames
-    from .video_tracker import Sam3VideoTracker, check_tracker_engine, keep_best
+    from tt_sam3_ros.core.video import frames
+    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, check_tracker_engine, keep_best
 
     try:
         check_tracker_engine("sam3", args.engine)
@@ -411,7 +411,7 @@ def _publish_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_publish(argv: list[str]) -> int:
-    from .publish_images import main as publish_main
+    from tt_sam3_ros.ros.publish_images import main as publish_main
 
     return publish_main(argv) or 0
 

@@ -16,9 +16,9 @@ from typing import IO, Any
 import cv2
 import numpy as np
 
-from .errors import InputError
-from .overlay import draw_overlay
-from .results import SegmentationResult
+from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.overlay import draw_overlay
+from tt_sam3_ros.core.results import SegmentationResult
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ after which the node releases the engine; a fault after the engine answered (tra
 publishing) is an output error, which never counts against the engine. Only ``InputError`` is
 bad input: the engines raise ``ValueError`` too.
 
-Log lines go to the ``tt_sam3_ros.pipeline`` logger (the node forwards the library's logging to
+Log lines go to the ``tt_sam3_ros.runtime.pipeline`` logger (the node forwards the library's logging to
 its ROS logger), each kind at most once per ``LOG_THROTTLE_S``: a camera sending bad frames at
 30 Hz must not flood the log.
 """
@@ -30,23 +30,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tt_sam3_ros import depth_pairing
-from tt_sam3_ros.depth_pairing import Answer3D, DepthPairing, DepthSettings, DepthStats
-from tt_sam3_ros.engines.base import EngineError
-from tt_sam3_ros.errors import InputError, printable, quoted
-from tt_sam3_ros.exemplars import BOX_ONLY_PROMPT, Exemplar
-from tt_sam3_ros.results import SegmentationResult
-from tt_sam3_ros.segmenter import DEFAULT_MAX_INSTANCES, DEFAULT_THRESHOLD
-from tt_sam3_ros.tracking import (
-    DEFAULT_MAX_AGE_FRAMES,
-    DEFAULT_MAX_AGE_S,
-    DEFAULT_MIN_IOU,
+from tt_sam3_ros.core import depth_pairing
+from tt_sam3_ros.core.depth_pairing import Answer3D, DepthPairing, DepthStats
+from tt_sam3_ros.core.errors import InputError, printable, quoted
+from tt_sam3_ros.core.exemplars import BOX_ONLY_PROMPT, Exemplar
+from tt_sam3_ros.core.results import SegmentationResult
+from tt_sam3_ros.core.settings import RunSettings
+from tt_sam3_ros.core.tracking import (
     InstanceTracker,
     TrackIdSpace,
 )
-from tt_sam3_ros.video_tracker import Sam3VideoEngine, keep_best
+from tt_sam3_ros.core.video_tracker import Sam3VideoEngine, keep_best
+from tt_sam3_ros.engines.base import EngineError
+from tt_sam3_ros.runtime.worker import SINGLE_CAMERA, CameraStats, FrameStats
 from tt_sam3_ros.weights.errors import WeightsError
-from tt_sam3_ros.worker import SINGLE_CAMERA, CameraStats, FrameStats
 
 LOG = logging.getLogger(__name__)
 
@@ -58,9 +55,6 @@ LOG_THROTTLE_S = 5.0
 ENGINE_ERROR_LIMIT = 5
 #: Longest exception message quoted in a log line or /diagnostics (it may hold input text).
 REASON_LIMIT = 240
-#: The class id of the box-only concept (exemplar boxes without a prompt) in the detections and
-#: LabelInfo: the last uint16, which no prompt is given (``node_parameters.ClassIds``).
-BOX_ONLY_CLASS_ID = 65535
 #: Frames of each camera that prompt boxes can be drawn on, found by their stamp, kept only
 #: while the camera's prompt_boxes topic has a publisher (each is the received message: a
 #: 1920x1080 rgb8 image is 6.2 MB): the newest received ones, whatever became of them...
@@ -68,26 +62,6 @@ RECEIVED_FRAMES_KEPT = 30
 #: ... and the newest answered ones (an operator draws on the overlay, which only answered
 #: frames have; on a slow engine they are seconds older than the newest received).
 ANSWERED_FRAMES_KEPT = 8
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What the worker reads at the start of each frame; replaced whole, never mutated."""
-
-    prompts: tuple[str, ...] = ()
-    threshold: float = DEFAULT_THRESHOLD
-    max_instances: int = DEFAULT_MAX_INSTANCES
-    publish_overlay: bool = True
-    depth: DepthSettings = field(default_factory=DepthSettings)
-    tracking: bool = True
-    track_max_age_s: float = DEFAULT_MAX_AGE_S
-    track_max_age_frames: int = DEFAULT_MAX_AGE_FRAMES
-    track_min_iou: float = DEFAULT_MIN_IOU
-    #: (prompt, class id) for each prompt in force: the ids ObjectHypothesis.class_id and
-    #: LabelInfo carry (``ClassIds``); empty until the node assigns them.
-    class_ids: tuple[tuple[str, int], ...] = ()
-    #: The class id of the box-only concept (exemplar boxes without a prompt).
-    box_only_class_id: int = BOX_ONLY_CLASS_ID
 
 
 def is_expected_failure(error: BaseException) -> bool:
@@ -416,7 +390,7 @@ class FramePipeline:
         wants = outputs.wants()
         overlay = None
         if settings.publish_overlay and wants.overlay:
-            from tt_sam3_ros.overlay import draw_overlay
+            from tt_sam3_ros.core.overlay import draw_overlay
 
             overlay = draw_overlay(rgb, result, labels)
         class_ids = dict(settings.class_ids)

@@ -1,0 +1,1 @@
+"""The ``tt-sam3`` command: segment images and track videos without ROS."""
