@@ -386,18 +386,39 @@ class _Reader:
         return FOREIGN if kinds else None
 
     def _member_class(self, name: str, attr: str) -> _Class | None:
+        """The product class that defines ``attr`` for ``self`` in ``name``: ``name`` itself or
+        a base of its, else (``name`` a mixin) the class built from it or one of its other bases:
+        a mixin's ``self`` is that class's object."""
+        found = self._own_member_class(name, attr)
+        if found is not None:
+            return found
+        return next(
+            (c for d in self._derived(name) if (c := self._own_member_class(d, attr)) is not None), None
+        )
+
+    def _own_member_class(self, name: str, attr: str) -> _Class | None:
         cls = self.known.classes.get(name)
         if cls is None:
             return None
         if attr in cls.members:
             return cls
-        return next((c for b in cls.own_bases if (c := self._member_class(b, attr)) is not None), None)
+        return next((c for b in cls.own_bases if (c := self._own_member_class(b, attr)) is not None), None)
+
+    def _derived(self, name: str) -> list[str]:
+        """The product classes with ``name`` among their bases (the node built from mixins)."""
+        return [cls.name for cls in self.known.classes.values() if name in cls.own_bases]
 
     def _base_of(self, name: str) -> str:
+        """The ROS class ``self`` in ``name`` is: its own base's, else (a mixin) its node's."""
+        return self._own_base_of(name) or next(
+            (b for d in self._derived(name) if (b := self._own_base_of(d))), ""
+        )
+
+    def _own_base_of(self, name: str) -> str:
         cls = self.known.classes.get(name)
         if cls is None:
             return ""
-        return cls.base or next((base for b in cls.own_bases if (base := self._base_of(b))), "")
+        return cls.base or next((base for b in cls.own_bases if (base := self._own_base_of(b))), "")
 
     def _call(self, node: ast.Call, scope: dict[str, Kind]) -> Kind:
         function = node.func

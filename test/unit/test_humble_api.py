@@ -11,6 +11,7 @@ test_node_humble.py runs the fallbacks on a real node.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +37,8 @@ class Lacks:
 
 HAS = "in Humble"
 _NODE = "tt_sam3_ros/ros/node.py"
+_PARAMETERS = "tt_sam3_ros/ros/parameter_handling.py"
+_CAMERAS = "tt_sam3_ros/ros/cameras.py"
 
 # Read from the humble branches of ros2/rclpy (rclpy 3.3), ros2/launch, ros2/launch_ros and
 # ros2/rcl_interfaces: each name below is defined there (a keyword: the callable takes it), or
@@ -86,11 +89,17 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.lifecycle.LifecycleNode.add_pre_set_parameters_callback": Lacks(
         "Iron's. Sam3Node.set_parameters_atomically (what Humble's parameter services call) and "
         "set_parameters coerce before rclpy's descriptor checks",
-        (f"{_NODE}::_has_parameter_hooks", f"{_NODE}::Sam3Node._register_parameter_callbacks"),
+        (
+            f"{_PARAMETERS}::_has_parameter_hooks",
+            f"{_PARAMETERS}::ParameterHandling._register_parameter_callbacks",
+        ),
     ),
     "rclpy.lifecycle.LifecycleNode.add_post_set_parameters_callback": Lacks(
         "Iron's. Sam3Node.set_parameters_atomically applies the change once rclpy stored it",
-        (f"{_NODE}::_has_parameter_hooks", f"{_NODE}::Sam3Node._register_parameter_callbacks"),
+        (
+            f"{_PARAMETERS}::_has_parameter_hooks",
+            f"{_PARAMETERS}::ParameterHandling._register_parameter_callbacks",
+        ),
     ),
     # Overridden: on Humble they carry the coercion and the applying (above).
     "rclpy.lifecycle.LifecycleNode.set_parameters": HAS,
@@ -144,8 +153,8 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.subscription.Subscription": HAS,
     "rclpy.subscription.Subscription.topic_name": HAS,
     "rclpy.subscription.Subscription.get_publisher_count": Lacks(
-        "Iron's. Sam3Node._publisher_count asks the graph: Node.count_publishers(topic_name)",
-        (f"{_NODE}::Sam3Node._publisher_count",),
+        "Iron's. CameraTopics._publisher_count asks the graph: Node.count_publishers(topic_name)",
+        (f"{_CAMERAS}::CameraTopics._publisher_count",),
     ),
     "rclpy.node.Node": HAS,
     "rclpy.node.Node.__init__": HAS,
@@ -264,11 +273,24 @@ RESULTS = {
 }
 
 
+def _node_mixins() -> set[str]:
+    """The names of Sam3Node's own bases (tt_sam3_ros/ros/node.py), rclpy's aside."""
+    tree = ast.parse((REPOSITORY / _NODE).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Sam3Node")
+    return {base.id for base in node.bases if isinstance(base, ast.Name)} - {"LifecycleNode"}
+
+
+def _defines(path: Path, classes: set[str]) -> bool:
+    return any(isinstance(n, ast.ClassDef) and n.name in classes for n in ast.parse(path.read_text()).body)
+
+
 def product_sources() -> dict[str, str]:
-    """The package's modules that import ROS, and the launch files: path -> text."""
+    """The package's modules that import ROS, those that define the node's mixins (their ``self``
+    is the node, whether or not they import ROS themselves), and the launch files: path -> text."""
     package = sorted((REPOSITORY / "tt_sam3_ros").rglob("*.py"))
+    mixins = _node_mixins()
     paths = [
-        *(p for p in package if ros_names.imports_ros(p.read_text())),
+        *(p for p in package if ros_names.imports_ros(p.read_text()) or _defines(p, mixins)),
         *(REPOSITORY / "launch").glob("*.py"),
     ]
     return {path.relative_to(REPOSITORY).as_posix(): path.read_text(encoding="utf-8") for path in paths}

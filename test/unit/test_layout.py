@@ -23,6 +23,9 @@ MAY_IMPORT = {
     # The `publish-images` verb runs the ROS publisher, imported only when that verb is asked for.
     "cli": {"core", "engines", "weights", "cli", "ros.publish_images"},
 }
+#: What a package outside the engines may import of them: the facade (engines/__init__.py: the
+#: choice of engine, its options, opening chips) and the interface every engine has.
+ENGINE_FACADE = {"tt_sam3_ros.engines", "tt_sam3_ros.engines.base"}
 #: Top-level modules of ROS 2 itself: rclpy, launch, rosidl, and every message package.
 ROS_MODULES = {"rclpy", "rcl_interfaces", "launch", "launch_ros", "rosidl_runtime_py", "ament_index_python"}
 
@@ -38,11 +41,12 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def imports(path: Path, root: Path) -> set[str]:
-    """Every module ``path`` imports, wherever in the file the statement is."""
+    """Every module ``path`` imports, wherever in the file the statement is (a type checker's
+    ``if TYPE_CHECKING:`` imports aside: they never run)."""
     here = module_name(path, root)
     package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _executed(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -56,6 +60,19 @@ def imports(path: Path, root: Path) -> set[str]:
                 f"{base}.{alias.name}" for alias in node.names if _is_module(f"{base}.{alias.name}", root)
             )
     return found
+
+
+def _executed(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:``, which only a type checker runs."""
+    nodes, pending = [], [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            pending.extend(node.orelse)
+            continue
+        nodes.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return nodes
 
 
 def _is_module(name: str, root: Path) -> bool:
@@ -88,6 +105,14 @@ def violations(root: Path) -> list[str]:
                 allowed = MAY_IMPORT[package]
                 if target and target[0] not in allowed and ".".join(target[:2]) not in allowed:
                     found.append(f"{name} imports {imported} ({package} may import {sorted(allowed)})")
+                elif (
+                    package not in {"engines", "weights"}
+                    and target[:1] == ["engines"]
+                    and imported not in ENGINE_FACADE
+                ):
+                    found.append(
+                        f"{name} imports {imported} (outside the engines, only {sorted(ENGINE_FACADE)})"
+                    )
     return found
 
 
@@ -163,10 +188,19 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         ("def f():\n    from sensor_msgs.msg import Image\n", "imports sensor_msgs.msg"),
         ("from tt_sam3_ros.ros import node\n", "core may import"),
         ("from ..runtime import worker\n", "core may import"),
+        ("from tt_sam3_ros.engines.ttnn_model.device import BlackholeChips\n", "outside the engines, only"),
     ],
 )
 def test_the_rule_catches_a_core_module_that_reaches_out(tmp_path: Path, source: str, complaint: str) -> None:
-    root = _tree(tmp_path, {"core/bad.py": source, "ros/node.py": "", "runtime/worker.py": ""})
+    root = _tree(
+        tmp_path,
+        {
+            "core/bad.py": source,
+            "ros/node.py": "",
+            "runtime/worker.py": "",
+            "engines/ttnn_model/device.py": "",
+        },
+    )
     found = violations(root)
     assert found and all(complaint in line for line in found), found
 

@@ -215,9 +215,9 @@ def test_configure_fails_when_no_chip_can_start(context, nodes) -> None:
 
 
 def test_all_opens_every_chip_ttnn_sees(context, nodes, monkeypatch) -> None:
-    import tt_sam3_ros.ros.node
+    import tt_sam3_ros.ros.engine_ownership
 
-    monkeypatch.setattr(tt_sam3_ros.ros.node, "chip_count", lambda: 3)
+    monkeypatch.setattr(tt_sam3_ros.ros.engine_ownership, "chip_count", lambda: 3)
     opened: list[str] = []
 
     def build(device: str) -> ScriptedSegmenter:

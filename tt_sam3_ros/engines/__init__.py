@@ -30,6 +30,7 @@ __all__ = [
     "MASK_SIDE",
     "MODEL_SIDE",
     "TTNN_DTYPE_NAMES",
+    "BlackholeChips",
     "DecodedBatch",
     "Engine",
     "EngineError",
