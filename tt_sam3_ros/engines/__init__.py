@@ -24,6 +24,10 @@ from tt_sam3_ros.engines.base import (
     EngineError,
 )
 
+# Several chips opened together, which the engines on them share: the facade's, so that callers
+# (the node) never reach into ttnn_model. Importing it imports no ttnn.
+from tt_sam3_ros.engines.ttnn_model.device import BlackholeChips
+
 __all__ = [
     "CHECKED_STAGES",
     "ENGINE_NAMES",

@@ -13,14 +13,8 @@ from tt_sam3_ros.core.errors import InputError
 from tt_sam3_ros.core.exemplars import Exemplar
 from tt_sam3_ros.core.settings import RunSettings
 from tt_sam3_ros.ros import messages
-from tt_sam3_ros.runtime.pipeline import (
-    ANSWERED_FRAMES_KEPT,
-    RECEIVED_FRAMES_KEPT,
-    ExemplarMemory,
-    FrameInput,
-    FramePipeline,
-    Wants,
-)
+from tt_sam3_ros.runtime.exemplar_cache import ANSWERED_FRAMES_KEPT, RECEIVED_FRAMES_KEPT, ExemplarMemory
+from tt_sam3_ros.runtime.pipeline import FrameInput, FramePipeline, Wants
 from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
 S = 1_000_000_000
