@@ -31,7 +31,7 @@ SUPPORT = Path(__file__).resolve().parent / "support"
 if str(SUPPORT) not in sys.path:
     sys.path.insert(0, str(SUPPORT))
 
-from ros_domain import worker_domain_id  # noqa: E402 (test/support is on sys.path from here)
+from ros_domain import worker_domain_id, worker_threads  # noqa: E402 (test/support is on sys.path from here)
 
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ["ROS_LOCALHOST_ONLY"] = "1"
@@ -42,6 +42,13 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
 os.environ["ROS_DOMAIN_ID"] = str(
     worker_domain_id(int(os.environ["ROS_DOMAIN_ID"]), os.environ.get("PYTEST_XDIST_WORKER", ""))
 )
+# Each worker's share of the cores for torch's (OpenMP's) threads, and for the node processes it
+# starts: with every worker using all the cores, their spinning threads starve each other (the
+# emulated-chip tests took 4x as long on two workers as in one process).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = str(worker_threads(os.cpu_count() or 1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, _share)
 # Nothing in the suite may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

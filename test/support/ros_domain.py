@@ -1,4 +1,5 @@
-"""The ROS domain each pytest-xdist worker uses, so that concurrent tests' nodes never meet."""
+"""What each pytest-xdist worker takes for itself: a ROS domain (so that concurrent tests' nodes
+never meet) and its share of the cores."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ def worker_domain_id(run_domain: int, worker: str) -> int:
     if not worker.startswith("gw"):
         return run_domain
     return (run_domain - 1 + int(worker[2:])) % DOMAINS + 1
+
+
+def worker_threads(cores: int, workers: int) -> int:
+    """Threads each of ``workers`` may use on ``cores`` (at least one): more, and their OpenMP
+    threads spin against each other's."""
+    return max(1, cores // max(1, workers))

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_domain import worker_domain_id
+from ros_domain import worker_domain_id, worker_threads
 from ttnn_env import cannot_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,3 +133,9 @@ def test_each_pytest_worker_has_a_domain_of_its_own() -> None:
         assert len(set(domains)) == 8, domains
         assert all(1 <= domain <= 100 for domain in domains), domains
         assert worker_domain_id(run_domain, "") == run_domain
+
+
+def test_workers_share_the_cores() -> None:
+    assert [worker_threads(2, n) for n in (1, 2, 3)] == [2, 1, 1]
+    assert worker_threads(16, 2) == 8
+    assert worker_threads(1, 0) == 1
