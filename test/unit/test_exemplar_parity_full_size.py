@@ -37,6 +37,12 @@ from test_exemplar_parity import (  # noqa: E402  (after the support path)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
+#: The full-size model's mask logits, batched against the reference called one concept at a
+#: time: float32 sums in another order through the whole model. Measured: up to 9.7e-5 with torch on
+#: two threads, 1.03e-4 on one (the box-only concept), so the tiny model's 1e-4 had no margin;
+#: the spoilt boxes stay more than 100 times the tiny gate away (asserted below).
+FULL_SIZE_TOLERANCE = 3e-4
+
 
 @pytest.fixture(scope="module")
 def full_size(tokenizer, module_rgb_image):
@@ -100,7 +106,7 @@ def test_full_size_batched_call_matches_and_controls_fail(full_size, module_rgb_
             difference = largest_difference(engine, decoded, index, wants[concept.name])
             print(f"full size, {case}, concept {concept.name!r}: largest difference {difference:.2e}")
             if case == "as given":
-                assert difference < TOLERANCE
+                assert difference < FULL_SIZE_TOLERANCE
             else:
                 assert difference > 100 * TOLERANCE
 
