@@ -13,7 +13,8 @@ vision_msgs = pytest.importorskip("vision_msgs.msg")
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
-from tt_sam3_ros import depth, depth_pairing, messages, messages_3d  # noqa: E402
+from tt_sam3_ros.core import depth, depth_pairing  # noqa: E402
+from tt_sam3_ros.ros import messages, messages_3d  # noqa: E402
 from tt_sam3_ros.core.errors import InputError  # noqa: E402
 from tt_sam3_ros.core.results import Instance, SegmentationResult  # noqa: E402
 
