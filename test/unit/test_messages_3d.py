@@ -14,9 +14,9 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField  # noqa: 
 from std_msgs.msg import Header  # noqa: E402
 
 from tt_sam3_ros.core import depth, depth_pairing  # noqa: E402
-from tt_sam3_ros.ros import messages, messages_3d  # noqa: E402
 from tt_sam3_ros.core.errors import InputError  # noqa: E402
 from tt_sam3_ros.core.results import Instance, SegmentationResult  # noqa: E402
+from tt_sam3_ros.ros import messages, messages_3d  # noqa: E402
 
 
 def header(frame_id: str = "camera_color_optical_frame", sec: int = 7, nanosec: int = 250) -> Header:
