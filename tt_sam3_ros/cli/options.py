@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tt_sam3_ros.core.errors import InputError
 from tt_sam3_ros.engines import TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
@@ -112,3 +112,22 @@ def _ttnn_options(args: argparse.Namespace) -> dict[str, object]:
         "param_dtype": args.ttnn_param_dtype,
         "prompt_path": args.ttnn_prompt_path,
     }
+
+
+def open_segmenter(args: argparse.Namespace, max_prompts: int) -> Any:
+    """The segmenter the model and engine arguments ask for, sized for ``max_prompts`` prompts
+    (the chip prompt path compiles only the buckets these need) and ``--max-instances`` (the
+    queries it keeps on the chip)."""
+    from tt_sam3_ros.core.segmenter import Sam3Segmenter
+
+    return Sam3Segmenter.from_pretrained(
+        model_id=args.model,
+        revision=args.revision,
+        weights_dir=args.weights_dir,
+        engine=args.engine,
+        device=args.device,
+        dtype=args.dtype,
+        ttnn_options=_ttnn_options(args),
+        max_prompts=max_prompts,
+        max_instances=args.max_instances,
+    )

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-from tt_sam3_ros.cli.options import _RANDOM_WARNING, _model_arguments, _segmentation_arguments, _ttnn_options
+from tt_sam3_ros.cli.options import _RANDOM_WARNING, _model_arguments, _segmentation_arguments, open_segmenter
 
 
 def _segment_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -100,25 +100,14 @@ def _run_segment(args: argparse.Namespace) -> int:
     import cv2
 
     from tt_sam3_ros.core.overlay import draw_overlay
-    from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
     prompts, rgb = _checked_inputs(args)
     boxes = _checked_boxes(args, prompts, rgb.shape[:2])
     if args.model == TINY_MODEL_ID:
         print(_RANDOM_WARNING, file=sys.stderr)
     box_only = any(not b.prompt for b in boxes)
-    with Sam3Segmenter.from_pretrained(
-        model_id=args.model,
-        revision=args.revision,
-        weights_dir=args.weights_dir,
-        engine=args.engine,
-        device=args.device,
-        dtype=args.dtype,
-        ttnn_options=_ttnn_options(args),
-        # the chip prompt path compiles only the buckets these need (the box-only concept is one)
-        max_prompts=len(prompts) + box_only,
-        max_instances=args.max_instances,  # and keeps on the chip the queries this run asks for
-    ) as segmenter:
+    # the box-only concept is one prompt more
+    with open_segmenter(args, len(prompts) + box_only) as segmenter:
         settings = {"threshold": args.threshold, "max_instances": args.max_instances}
         result = segmenter(rgb, prompts, boxes=boxes, **settings)
         details = segmenter.describe()

@@ -14,7 +14,7 @@ from tt_sam3_ros.weights.tiny_model import TINY_MODEL_ID
 if TYPE_CHECKING:
     from tt_sam3_ros.core.video import TrackWriter, VideoInfo
 
-from tt_sam3_ros.cli.options import _RANDOM_WARNING, _model_arguments, _segmentation_arguments, _ttnn_options
+from tt_sam3_ros.cli.options import _RANDOM_WARNING, _model_arguments, _segmentation_arguments, open_segmenter
 
 
 def _track_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def _run_track(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from tt_sam3_ros.core.prompts import validate_prompts
-    from tt_sam3_ros.core.segmenter import Sam3Segmenter, check_settings
+    from tt_sam3_ros.core.segmenter import check_settings
     from tt_sam3_ros.core.tracking import InstanceTracker, check_tracking_settings
     from tt_sam3_ros.core.video import TrackWriter, frames, probe
 
@@ -83,17 +83,7 @@ def _run_track(args: argparse.Namespace) -> int:
     if args.tracker == "sam3":
         return _track_with_sam3(args, prompts, info, writer, extra)
     try:
-        segmenter = Sam3Segmenter.from_pretrained(
-            model_id=args.model,
-            revision=args.revision,
-            weights_dir=args.weights_dir,
-            engine=args.engine,
-            device=args.device,
-            dtype=args.dtype,
-            ttnn_options=_ttnn_options(args),
-            max_prompts=len(prompts),
-            max_instances=args.max_instances,
-        )
+        segmenter = open_segmenter(args, len(prompts))
     except BaseException:
         writer.discard()  # no model, no frames: leave no empty results behind
         raise
