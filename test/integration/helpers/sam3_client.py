@@ -33,6 +33,8 @@ from vision_msgs.msg import Detection2DArray, LabelInfo
 
 #: Seconds to wait for one frame's answer (tiny-random takes ~0.3 s per frame on 2 cores).
 ANSWER_TIMEOUT_S = WAIT_LIMIT_S
+#: How long an idempotent service request waits for its answer before it is sent again.
+RESEND_S = 5.0
 
 
 def start_node(
@@ -190,8 +192,8 @@ class Sam3Client:
             )
 
         spin_until(self.probe, matched_or_dead, timeout_s)
-        assert publisher.get_subscription_count() > 0, "the node never subscribed to the image topic" + (
-            f"\n{log_tail(self.log_path)}" if hasattr(self, "log_path") else ""
+        assert publisher.get_subscription_count() > 0, (
+            "the node never subscribed to the image topic" + self._log()
         )
 
     def send(self, msg: Image | CompressedImage) -> None:
@@ -243,11 +245,30 @@ class Sam3Client:
 
     # -- services
 
-    def _call(self, client: Any, request: Any, timeout_s: float = WAIT_LIMIT_S) -> Any:
+    def _call(
+        self, client: Any, request: Any, timeout_s: float = WAIT_LIMIT_S, idempotent: bool = True
+    ) -> Any:
+        """One service call; an idempotent request is sent again every RESEND_S until answered.
+
+        ``wait_for_service`` is true once the node's request reader matches our writer, but the
+        node's response writer may not have matched our response reader yet: Fast DDS then drops
+        the answer, and a loaded machine keeps that window open for seconds. A read (get_state,
+        get_parameters) or setting a value is safe to send twice; a lifecycle transition is not.
+        """
         assert client.wait_for_service(timeout_sec=timeout_s), f"service {client.srv_name} not available"
-        future = client.call_async(request)
-        assert spin_until(self.probe, future.done, timeout_s), f"{client.srv_name} did not answer"
-        return future.result()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            future = client.call_async(request)
+            left = deadline - time.monotonic()
+            wait = min(RESEND_S, left) if idempotent else left
+            if spin_until(self.probe, future.done, max(wait, 0.0)):
+                return future.result()
+            client.remove_pending_request(future)
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{client.srv_name} did not answer within {timeout_s} s{self._log()}")
+
+    def _log(self) -> str:
+        return f"\n{log_tail(self.log_path)}" if hasattr(self, "log_path") else ""
 
     def set_parameter(self, name: str, value: Any, type_: int | None = None) -> SetParametersResult:
         """Set one parameter through the node's set_parameters service, as ``ros2 param set`` does."""
@@ -270,7 +291,7 @@ class Sam3Client:
     def transition(self, transition_id: int) -> bool:
         """Request a lifecycle transition (Transition.TRANSITION_*); True on success."""
         request = ChangeState.Request(transition=Transition(id=transition_id))
-        return self._call(self._change_state, request).success
+        return self._call(self._change_state, request, idempotent=False).success
 
     def state(self) -> str:
         return self._call(self._get_state, GetState.Request()).current_state.label
