@@ -97,6 +97,15 @@ DECLARED = (
     "rviz",
     "rviz_fixed_frame",
 )
+#: Seconds ``ros2 launch`` waits after its SIGINT before SIGTERM, then after SIGTERM before
+#: SIGKILL (launch's own defaults are 5 and 5). The node answers the first signal by finishing
+#: what is in flight (a frame: tens of seconds for the full model on a CPU; a configure phase:
+#: the weights, the engine's upload or its warm-up) and then releasing the device; it ignores
+#: the later signals, so only SIGKILL can cut that short, leaving the chip open. Two minutes in
+#: all cover a CPU frame and the close after it; a first warm-up on a chip with a cold kernel
+#: cache can take longer, and is then killed.
+SIGTERM_TIMEOUT_S = 60
+SIGKILL_TIMEOUT_S = 60
 #: Per-camera arguments: ``<camera>_<suffix>`` remaps the node's ``<camera>/<input>``.
 CAMERA_INPUTS = {"image": "image", "depth": "depth", "camera_info": "camera_info"}
 
@@ -294,6 +303,8 @@ def _sam3_node(context: LaunchContext) -> list[LifecycleNode]:
             parameters=parameters,
             remappings=remapped,
             output="screen",
+            sigterm_timeout=str(SIGTERM_TIMEOUT_S),
+            sigkill_timeout=str(SIGKILL_TIMEOUT_S),
         )
     ]
 

@@ -17,6 +17,17 @@ from vision_msgs.msg import Detection2DArray
 ANSWER_LIMIT_S = 120.0
 
 
+def _wait_until_nobody_publishes_boxes(sam3) -> None:
+    """The test's premise: no publisher on /sam3/prompt_boxes in the graph, which is what the
+    node counts on Humble (its subscriptions cannot count their matched publishers). A publisher
+    of an earlier test's process can linger in the graph for a while after it ended."""
+    topic = "/sam3/prompt_boxes"
+    gone = lambda: sam3.probe.count_publishers(topic) == 0  # noqa: E731
+    if not spin_until(sam3.probe, gone, WAIT_LIMIT_S):
+        names = [(i.node_namespace, i.node_name) for i in sam3.probe.get_publishers_info_by_topic(topic)]
+        raise AssertionError(f"{topic} still has publishers: {names}")
+
+
 def _publish_until(sam3, publisher, message, where) -> dict[str, str]:
     """Publish ``message`` until a /diagnostics status matches ``where``, within ANSWER_LIMIT_S.
 
@@ -40,6 +51,7 @@ def test_frames_are_kept_for_boxes_only_while_prompt_boxes_has_a_publisher(tmp_p
     a frame answered after it is found and answered again with its boxes."""
     # a generous start-up bound: the tiny model loads in seconds, but CI cores may be shared
     with running_node(NODE_PARAMS, tmp_path / "node.log", startup_timeout_s=600.0) as sam3:
+        _wait_until_nobody_publishes_boxes(sam3)
         unwatched = make_image(scene(7))
         sam3.ask(unwatched, timeout_s=ANSWER_LIMIT_S)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)

@@ -150,13 +150,14 @@ FAULTY_NODE = [sys.executable, str(Path(__file__).parent / "helpers" / "faulty_n
 
 
 @pytest.mark.parametrize(
-    ("gaps_s", "exit_code"),
-    [((), 0), ((0.02,), 0), ((1.5,), 130)],
+    "gaps_s",
+    [(), (0.02,), (1.5,)],
     ids=["one-signal", "duplicate-20ms-later", "second-signal-1.5s-later"],
 )
-def test_sigterm_while_configuring(tmp_path: Path, gaps_s: tuple[float, ...], exit_code: int) -> None:
-    """One SIGTERM lets the model load finish and releases it (exit 0); so does a duplicate
-    arriving 20 ms later (as ``ros2 launch`` forwards one); a second one well after exits at once."""
+def test_sigterm_while_configuring(tmp_path: Path, gaps_s: tuple[float, ...]) -> None:
+    """A SIGTERM while the weights load, alone or followed by a second one (20 ms later, as ``ros2
+    launch`` forwards one; 1.5 s later, as a user repeats it): the load finishes, the engine is
+    never opened, exit 0."""
     log_path = tmp_path / "node.log"
     # The build is slowed so the 1.5 s gap falls inside the configure.
     process = start_node({"model_id": "tiny-random"}, log_path, FAULTY_NODE, {"SAM3_BUILD_DELAY_S": "3"})
@@ -166,13 +167,13 @@ def test_sigterm_while_configuring(tmp_path: Path, gaps_s: tuple[float, ...], ex
         for gap_s in gaps_s:
             time.sleep(gap_s)
             process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == exit_code, log_path.read_text()
+        assert process.wait(timeout=60) == 0, log_path.read_text()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     log = log_path.read_text()
-    assert ("engine released" in log) == (exit_code == 0), log
+    assert "start given up: stopped after the weights loaded" in log, log
     assert "Traceback" not in log
 
 

@@ -235,6 +235,9 @@ HUMBLE: dict[str, str | Lacks] = {
     "launch_ros.actions.LifecycleNode(parameters=)": HAS,
     "launch_ros.actions.LifecycleNode(remappings=)": HAS,
     "launch_ros.actions.LifecycleNode(output=)": HAS,
+    # Node passes its other keywords to launch.actions.ExecuteProcess, which has had both since Dashing.
+    "launch_ros.actions.LifecycleNode(sigterm_timeout=)": HAS,
+    "launch_ros.actions.LifecycleNode(sigkill_timeout=)": HAS,
     "launch_ros.actions.Node": HAS,
     "launch_ros.actions.Node(package=)": HAS,
     "launch_ros.actions.Node(executable=)": HAS,

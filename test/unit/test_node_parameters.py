@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -294,6 +295,33 @@ def test_every_descriptor_range_holds_at_startup(name: str, value: object) -> No
         with pytest.raises(Exception, match=f"{name} out of range|{name} must be") as refused:
             Sam3Node(context=context, parameter_overrides=overrides).destroy_node()
         assert name in str(refused.value)
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def test_a_refused_startup_parameter_destroys_the_half_built_node() -> None:
+    """The node that refused its parameters is destroyed before the error leaves its constructor.
+    The error's traceback still refers to it: left to the garbage collector, its rcl node would
+    be finalised whenever a collection runs, after rclpy shut down, where Fast DDS's participant
+    teardown can spin forever."""
+    import rclpy
+    from rclpy.exceptions import InvalidHandle
+
+    from tt_sam3_ros.ros.node import Sam3Node
+
+    context = rclpy.context.Context()
+    rclpy.init(context=context)
+    try:
+        overrides = [Parameter("autostart", value=False), Parameter("threshold", value=3.0)]
+        with pytest.raises(Exception, match="threshold") as refused:
+            Sam3Node(context=context, parameter_overrides=overrides)
+        (half_built,) = {
+            frame.f_locals["self"]
+            for frame, _line in traceback.walk_tb(refused.value.__traceback__)
+            if isinstance(frame.f_locals.get("self"), Sam3Node)
+        }
+        with pytest.raises(InvalidHandle):
+            half_built.get_name()
     finally:
         rclpy.try_shutdown(context=context)
 

@@ -19,6 +19,12 @@ class InputError(ValueError):
     """Input from outside (a message, a file, a parameter) that cannot be used, with the reason."""
 
 
+class StartCancelledError(Exception):
+    """A start (weights, engine, warm-up) given up between two of its phases: the process is
+    stopping. Each phase may take minutes on a first run (a download, an upload to the chip,
+    kernel compiles); a stop waits for the phase in flight, never for the ones after it."""
+
+
 def quoted(text: object, limit: int = UNTRUSTED_TEXT_LIMIT) -> str:
     """``text`` as a single-line quoted literal of at most about ``limit`` characters.
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from tt_sam3_ros.core import exemplars as exemplar_boxes
 from tt_sam3_ros.core import postprocess, preprocess
-from tt_sam3_ros.core.errors import InputError
+from tt_sam3_ros.core.errors import InputError, StartCancelledError
 from tt_sam3_ros.core.exemplars import Exemplar
 from tt_sam3_ros.core.prompts import MAX_PROMPTS, validate_prompts
 from tt_sam3_ros.core.results import MAX_LABELLED_INSTANCES, Instance, SegmentationResult
@@ -87,6 +87,7 @@ class Sam3Segmenter:
         max_prompts: int = MAX_PROMPTS,
         max_instances: int | None = None,
         chips: Any = None,
+        stopping: Callable[[], bool] | None = None,
     ) -> Sam3Segmenter:
         """Load weights (the ``weights`` package decides from where) and open the engine.
 
@@ -98,10 +99,13 @@ class Sam3Segmenter:
         for more still gets them, by reading every query back (slower).
         ``chips``: with one segmenter per chip in one process, the ``BlackholeChips`` they share
         (opened together, so one chip's close leaves the others serving); None: one chip alone.
+        ``stopping``: asked between the weights and the engine (each may take minutes); True gives
+        the start up there, before any device is opened.
 
         Raises:
             tt_sam3_ros.weights.WeightsError: the weights cannot be had; the message says what to do.
             tt_sam3_ros.engines.EngineError: the engine or device cannot be used.
+            tt_sam3_ros.core.errors.StartCancelledError: ``stopping`` said so after the weights loaded.
         """
         from tt_sam3_ros.engines import create_engine
         from tt_sam3_ros.weights import load_sam3
@@ -109,6 +113,8 @@ class Sam3Segmenter:
         loaded = load_sam3(model_id=model_id, revision=revision, weights_dir=weights_dir)
         if loaded.is_random:
             LOG.warning("random weights loaded (%s)", loaded.source)
+        if stopping is not None and stopping():
+            raise StartCancelledError("stopped after the weights loaded, before the engine opened")
         runner = create_engine(
             engine,
             loaded.model,

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tt_sam3_ros.core.errors import printable
+from tt_sam3_ros.core.errors import StartCancelledError, printable
 from tt_sam3_ros.core.settings import (
     ALL_DEVICES,
     device_names,
@@ -80,12 +80,15 @@ class EngineOwnership:
             max_instances=request["max_instances"],
             ttnn_options=ttnn_options(request),
             chips=self._chip_set,
+            stopping=self._stop_requested.is_set,
         )
 
     def _report_configure_failure(self, error: BaseException, consequence: str = "") -> None:
         """Log why configure (or one chip of several) failed: an expected failure's reason alone
         (its traceback at DEBUG), any other with its traceback; ``consequence`` follows the reason
         when the node configures without that chip."""
+        if isinstance(error, StartCancelledError):  # the node is stopping; the worker said so
+            return
         details = "".join(traceback.format_exception(error))
         after = f" ({consequence})" if consequence else ""
         if not consequence:

@@ -6,7 +6,6 @@ round: ``node.py`` is the lifecycle node and nothing else.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -57,10 +56,14 @@ def run(args: list[str] | None = None) -> int:
         rclpy.logging.get_logger(NODE_NAME).fatal(f"invalid parameters: {printable(error, REASON_LIMIT)}")
         exit_code = 1
     finally:
-        if node is not None:
-            node.shut_down()
-            node.destroy_node()
-        rclpy.try_shutdown()
+        try:
+            if node is not None:
+                try:
+                    node.shut_down()
+                finally:
+                    node.destroy_node()
+        finally:
+            rclpy.try_shutdown()
     return exit_code
 
 
@@ -141,17 +144,18 @@ def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
 
 
 def _handle_stop_signals(stop: threading.Event) -> None:
-    """Make the first SIGINT/SIGTERM stop the node gracefully; a later one during the model
-    load exits at once.
+    """Make the first SIGINT/SIGTERM stop the node gracefully, and every later one wait for it.
 
-    The first sets ``stop``: the frame or model load in flight finishes, then the device
-    is released. One arriving within DUPLICATE_SIGNAL_WINDOW_S of it is the same request
-    delivered twice (a process-group SIGINT plus the one ``ros2 launch`` forwards) and is
-    ignored. A later one while the model still loads exits immediately, leaving the device
-    to the driver's process-exit cleanup, for a user who will not wait for it. Once the node
-    is stopping, ``_ignore_stop_signals`` takes over.
+    The first sets ``stop``: the phase of a configure in flight (weights, engine, warm-up) or
+    the frame in flight finishes, then the device is released. Later ones cannot cut that
+    short: ``ros2 launch`` answers Ctrl-C with SIGINT, then SIGTERM after its ``sigterm_timeout``,
+    and exiting on the SIGTERM would leave the chip open mid-upload or mid-trace. The first one
+    arriving DUPLICATE_SIGNAL_WINDOW_S or more after the stop began says, once, what the stop is
+    waiting for. SIGKILL (launch's ``sigkill_timeout``) remains the way to end it at once.
+    Once the node is stopping, ``_ignore_stop_signals`` takes over.
     """
     first_s: list[float] = []
+    told: list[bool] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         now = time.monotonic()
@@ -159,10 +163,13 @@ def _handle_stop_signals(stop: threading.Event) -> None:
             first_s.append(now)
             stop.set()
             return
-        if now - first_s[0] < DUPLICATE_SIGNAL_WINDOW_S:
+        if told or now - first_s[0] < DUPLICATE_SIGNAL_WINDOW_S:
             return
-        rclpy.logging.get_logger(NODE_NAME).warning(f"second {signal.Signals(signum).name}: exiting now")
-        os._exit(130)
+        told.append(True)
+        rclpy.logging.get_logger(NODE_NAME).warning(
+            f"{signal.Signals(signum).name}: already stopping; the configure phase or frame in flight "
+            "finishes, then the device is released (SIGKILL would leave it open)"
+        )
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)

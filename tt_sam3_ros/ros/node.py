@@ -48,6 +48,7 @@ from rclpy.lifecycle import LifecycleNode, LifecyclePublisher, LifecycleState, T
 from rclpy.parameter import Parameter
 
 from tt_sam3_ros.core.class_ids import ClassIds
+from tt_sam3_ros.core.errors import printable
 from tt_sam3_ros.core.settings import (
     RunSettings,
     camera_names,
@@ -66,6 +67,7 @@ from tt_sam3_ros.ros.parameters import (
 from tt_sam3_ros.runtime.chips import ChipPool
 from tt_sam3_ros.runtime.pipeline import (
     ENGINE_ERROR_LIMIT,
+    REASON_LIMIT,
     FramePipeline,
 )
 from tt_sam3_ros.runtime.worker import FrameSlot
@@ -102,6 +104,18 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
 
     def __init__(self, stop_requested: threading.Event | None = None, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        try:
+            self._set_up(stop_requested)
+        except BaseException:
+            # A refused startup parameter: the half-built node must not outlive its context.
+            # Left to the garbage collector, its rcl node is finalised after rclpy shut down,
+            # where Fast DDS's participant teardown can spin forever.
+            self.destroy_node()
+            raise
+
+    def _set_up(self, stop_requested: threading.Event | None) -> None:
+        """Everything but the rclpy node itself: parameters, their checks and callbacks, state,
+        the change_state group, /diagnostics."""
         # Set by main's signal handler: a configure still loading gives up at once.
         self._stop_requested = stop_requested or threading.Event()
         self._log_forwarding = forward_library_logging(self.get_logger())
@@ -211,7 +225,10 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
         chips.start()
         while not chips.wait_ready(0.2):
             if self._stop_requested.is_set() or not self.context.ok():
-                self.get_logger().warning("shutdown requested while configuring")
+                self.get_logger().warning(
+                    "stop requested while configuring: the phase in flight (weights, engine or "
+                    "warm-up) finishes, the later ones are skipped, then anything opened is released"
+                )
                 self._release()
                 return TransitionCallbackReturn.FAILURE
         chips.settle()
@@ -291,9 +308,15 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
         The transition needs a live context (it publishes the state change); when ROS is
         already down, ``_release`` alone still frees the device.
         """
-        if self._state not in ("finalized", "configuring") and self.context.ok():
-            self.trigger_shutdown()
-        self._release()
+        try:
+            if self._state not in ("finalized", "configuring") and self.context.ok():
+                self.trigger_shutdown()
+        except Exception as error:  # rclpy raises from a transition state (a cleanup in flight)
+            self.get_logger().warning(
+                f"no lifecycle shutdown ({printable(error, REASON_LIMIT)}); releasing the engine directly"
+            )
+        finally:
+            self._release()
 
     def _release(self) -> None:
         """Close the engine on its thread and destroy every handle. Safe to call repeatedly."""
@@ -324,5 +347,7 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
 
     def destroy_node(self) -> None:
         """Stop forwarding the library's logging to this node's logger, then destroy it."""
-        stop_forwarding(self._log_forwarding)
+        forwarding = getattr(self, "_log_forwarding", None)
+        if forwarding is not None:
+            stop_forwarding(forwarding)
         super().destroy_node()

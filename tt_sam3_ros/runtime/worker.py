@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tt_sam3_ros.core.errors import StartCancelledError
+
 #: Frames whose timings make up the percentiles on /diagnostics.
 STATS_WINDOW = 100
 
@@ -126,6 +128,12 @@ class FrameSlot:
         with self._ready:
             self._closed = True
             self._ready.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: the workers are to end (a start in flight gives up)."""
+        with self._ready:
+            return self._closed
 
 
 @dataclass(frozen=True)
@@ -324,13 +332,16 @@ class InferenceWorker(threading.Thread):
         try:
             segmenter = self._build()
             self.description = dict(segmenter.describe())
+            if self._slot.closed:  # stopped while building: the warm-up would only delay the release
+                raise StartCancelledError("stopped before the warm-up")
             segmenter.warmup()
             # warm-up may change what serves (the ttnn engine's prompt_path auto): describe again
             self.description = dict(segmenter.describe())
         except BaseException as error:  # reported by on_configure, which waits on ready
             self.startup_error = error
-            if segmenter is not None:
-                self._close_after_failed_start(segmenter)
+            closed = segmenter is not None and self._close_after_failed_start(segmenter)
+            if isinstance(error, StartCancelledError):
+                self._logger.info(f"start given up: {error}" + ("; engine released" if closed else ""))
             self.ready.set()
             return
         self.ready.set()
@@ -345,8 +356,9 @@ class InferenceWorker(threading.Thread):
             segmenter.close()
             self._on_closed(self.description)
 
-    def _close_after_failed_start(self, segmenter: Any) -> None:
+    def _close_after_failed_start(self, segmenter: Any) -> bool:
         """Release a segmenter whose describe or warm-up failed: configure promises nothing held.
+        True once it is closed.
 
         Warm-up is where a device fails first (compile, trace capture); a retried configure
         must not find the chip still held by this one.
@@ -355,6 +367,8 @@ class InferenceWorker(threading.Thread):
             segmenter.close()
         except Exception:
             self._logger.error(f"closing the engine after a failed start failed:\n{traceback.format_exc()}")
+            return False
+        return True
 
     def stop(self) -> None:
         """Ask the loop to end after the frame in flight; ``join`` to wait for the close."""

@@ -23,10 +23,11 @@ NODE_PARAMS = {
 
 
 @contextmanager
-def lifecycle_node(folder: Path) -> Iterator[Sam3Client]:
-    """The instrumented node, autostart false, its close() lines in ``folder``/closes.log."""
+def lifecycle_node(folder: Path, env: dict[str, str] | None = None) -> Iterator[Sam3Client]:
+    """The instrumented node, autostart false, its close() lines in ``folder``/closes.log;
+    ``env`` adds to its environment (faulty_node's delays)."""
     program = [sys.executable, str(HELPERS / "faulty_node.py")]
-    env = {"SAM3_CLOSE_LOG": str(folder / "closes.log")}
+    env = {"SAM3_CLOSE_LOG": str(folder / "closes.log"), **(env or {})}
     with running_node(
         NODE_PARAMS, folder / "node.log", program, wait_for_subscription=False, env=env
     ) as client:
