@@ -34,7 +34,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_PATHS = ("tt_sam3_ros/engines/ttnn_engine.py", "tt_sam3_ros/engines/ttnn_model")
+DEFAULT_PATHS = (
+    "tt_sam3_ros/engines/ttnn_engine.py",
+    "tt_sam3_ros/engines/ttnn_warmup.py",
+    "tt_sam3_ros/engines/ttnn_model",
+)
 #: Receivers whose method calls are checked against a ttnn class: the project names its device
 #: `device` and a generic tensor `tensor`, so their methods are checked too.
 RECEIVERS = {"device": "MeshDevice", "_device": "MeshDevice", "mesh_device": "MeshDevice", "tensor": "Tensor"}

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+import tt_sam3_ros.engines.ttnn_warmup as ttnn_warmup
 from tt_sam3_ros.core.prompts import MAX_PROMPTS, check_max_prompts
 from tt_sam3_ros.engines.base import TTNN_DTYPE_NAMES as DTYPE_NAMES
 from tt_sam3_ros.engines.base import DecodedBatch, Engine, EngineError
@@ -483,121 +484,48 @@ class TtnnEngine(Engine):
 
     def check_input_upload(self) -> bool:
         """Before anything is compiled or captured: upload one frame as uint8, cast it to
-        bfloat16 on the chip and read it back. The cast is exact (0..255 fit bfloat16), so any
-        difference, or an error, means the chip's uint8 path cannot be trusted (tt-metal's uint8
-        support is partial): frames then go up as bfloat16 from the host (twice the bytes, the
-        same values), with the reason in describe()'s "input" and the log. Returns whether it passed."""
-        ttnn = self.ttnn
-        frame = prompt_check.check_frame(self.config.image_side)
-        expected = torch.from_numpy(frame).reshape(self.config.input_shape).float()
+        bfloat16 on the chip and read it back (ttnn_warmup.check_input_upload). Any difference,
+        or an error, means the chip's uint8 path cannot be trusted: frames then go up as
+        bfloat16 from the host (twice the bytes, the same values), with the reason in
+        describe()'s "input" and the log. Returns whether it passed."""
         self._input_checked = True
-        wrong: int | None = None
-        try:
-            uploaded = ttnn.from_torch(
-                expected.to(torch.uint8),
-                dtype=ttnn.uint8,
-                layout=ttnn.ROW_MAJOR_LAYOUT,
-                device=self.device,
-                memory_config=ttnn.DRAM_MEMORY_CONFIG,
-            )
-            cast = ttnn.typecast(uploaded, ttnn.bfloat16, memory_config=self.settings.memory)
-            got = ttnn.to_torch(cast).float().reshape(expected.shape)
-            for tensor in (uploaded, cast):
-                ttnn.deallocate(tensor)
-            wrong = int((got != expected).sum())
-            reason = "" if wrong == 0 else f"{wrong} of {expected.numel()} values wrong after the cast"
-        except Exception as error:  # any failure of the uint8 path means: upload bfloat16
-            text = " ".join(str(error).split())[: prompt_check.MAX_ERROR_CHARS]
-            reason = f"raised {type(error).__name__}: {text!r}"
-        if not reason:
-            self.input_status = "uint8 upload, cast on the chip (warm-up check passed: exact)"
-            LOG.info("input: %s", self.input_status)
-            self.stage_checks["input"] = stage_checks.StageCheck(
-                "input", "uint8 upload", True, 0, self.input_status
-            )
-            return True
-        self._input_dtype = "bfloat16"
-        self.input_status = f"bfloat16 upload (warm-up check: the chip's uint8 cast {reason})"
-        LOG.warning("input: %s", self.input_status)
-        figure = None if wrong is None else float(wrong)
-        self.stage_checks["input"] = stage_checks.StageCheck(
-            "input", "bfloat16 upload", False, figure, self.input_status
-        )
-        return False
+        check = ttnn_warmup.check_input_upload(self.ttnn, self.device, self.settings.memory, self.config)
+        if not check.passed:
+            self._input_dtype = "bfloat16"
+        self.input_status = check.reason
+        self.stage_checks["input"] = check
+        return check.passed
 
     def check_stages(self) -> list[stage_checks.StageCheck]:
         """Before anything is compiled or captured: each risky stage on the chip against the host
-        on inputs from the check frame, falling back per stage (stage_checks.py): the neck's
-        convs, and with a chip prompt path its top-k, GroupNorm and pixel-decoder convs. Each
-        verdict goes to the log, describe() and stage_checks; returns them."""
+        on inputs from the check frame, falling back per stage (ttnn_warmup.check_stages): the
+        neck's convs, and with a chip prompt path its top-k, GroupNorm and pixel-decoder convs.
+        Each verdict goes to the log, describe() and stage_checks; returns them."""
         self._require_open()
         self._stages_checked = True
-        encoder = self.image_encoder
-        frame = prompt_check.check_frame(self.config.image_side)
-        dtypes = (encoder._matmul_dtype, encoder._matmul_dtype, encoder._param_dtype)
-        checks = [
-            stage_checks.check_convs(
-                self.ttnn,
-                self.device,
-                self.settings,
-                "neck_convs",
-                stage_checks.neck_sites(encoder, neck.level_sides(self.config)),
-                encoder._conv_weights,
-                *dtypes,
-                frame,
-            )
-        ]
-        path = self.prompt_path
-        if isinstance(path, ChipPromptPath):
-            checks += [
-                stage_checks.check_topk(self.ttnn, path, frame),
-                stage_checks.check_group_norm(self.ttnn, path, frame),
-                stage_checks.check_convs(
-                    self.ttnn,
-                    self.device,
-                    self.settings,
-                    "pixel_decoder_convs",
-                    stage_checks.pixel_decoder_sites(path),
-                    path._conv_weights,
-                    path._conv_dtype,
-                    path._conv_dtype,
-                    encoder._param_dtype,
-                    frame,
-                ),
-            ]
-        for check in checks:
-            check.log()
-            self.stage_checks[check.stage] = check
+        checks = ttnn_warmup.check_stages(
+            self.ttnn, self.device, self.settings, self.image_encoder, self.config, self.prompt_path
+        )
+        self.stage_checks.update((check.stage, check) for check in checks)
         return checks
 
     def choose_prompt_path(self) -> prompt_check.PromptPathCheck:
         """prompt_path="auto": check the chip prompt path against the host's on one frame and
-        keep it when it passes, else serve the host's (the chip path's device buffers freed).
-        Needs the image path warmed up (warmup_image_path) and the chip path compiled."""
+        keep it when it passes, else serve the host's (the chip path's device buffers freed;
+        ttnn_warmup.choose_prompt_path). Needs the image path warmed up (warmup_image_path) and
+        the chip path compiled."""
         chip = self._require_prompt_path()
         if not isinstance(chip, ChipPromptPath):
             raise EngineError("choose_prompt_path needs the chip prompt path (prompt_path 'auto')")
         outputs = self._run_image_path(prompt_check.check_frame(self.config.image_side))
-        verdict = prompt_check.compare(outputs, self._vision_output(outputs), chip, chip.host)
+        choice = ttnn_warmup.choose_prompt_path(chip, outputs, self._vision_output(outputs))
         self._auto_pending = False
-        self.stage_checks["prompt_path"] = stage_checks.StageCheck(
-            "prompt_path",
-            "chip prompt path" if verdict.passed else "host prompt path",
-            verdict.passed,
-            verdict.pcc,
-            verdict.reason,
-        )
-        if verdict.passed:
-            self.prompt_path_status = f"chip (auto: warm-up check passed, {verdict.reason})"
-            LOG.info("prompt path: %s", self.prompt_path_status)
-        else:
-            self.prompt_path_status = (
-                f"host (auto: the chip prompt path failed its warm-up check: {verdict.reason})"
-            )
-            LOG.warning("prompt path: %s", self.prompt_path_status)
-            self.prompt_path = chip.host
+        self.stage_checks["prompt_path"] = choice.check
+        self.prompt_path_status = choice.status
+        if choice.serves is not chip:
+            self.prompt_path = choice.serves
             chip.release_device()
-        return verdict
+        return choice.verdict
 
     def compile_prompt_path(self) -> None:
         """Before the image trace is captured, compile every program the chip prompt path can

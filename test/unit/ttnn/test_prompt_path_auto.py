@@ -45,7 +45,7 @@ def serves(engine, prompts=("car",)) -> np.ndarray:
 
 
 def test_auto_keeps_the_chip_prompt_path_when_it_agrees(emulator, sharp_model, tokenizer, caplog):
-    caplog.set_level(logging.INFO, logger="tt_sam3_ros.engines.ttnn_engine")
+    caplog.set_level(logging.INFO, logger="tt_sam3_ros.engines.ttnn_warmup")
     with auto_engine(emulator, sharp_model, tokenizer) as engine:
         assert engine.describe()["prompt_path"] == "auto"
         engine.warmup()
@@ -73,7 +73,7 @@ def test_auto_serves_the_host_path_when_the_chip_masks_disagree(
         return real(self, decoded, prompt_index, query_index)[:, ::-1, :]
 
     monkeypatch.setattr(ChipPromptPath, "fetch_masks", mirrored)
-    caplog.set_level(logging.WARNING, logger="tt_sam3_ros.engines.ttnn_engine")
+    caplog.set_level(logging.WARNING, logger="tt_sam3_ros.engines.ttnn_warmup")
     with auto_engine(emulator, sharp_model, tokenizer) as engine:
         chip = engine.prompt_path
         engine.warmup()

@@ -21,11 +21,12 @@ Stages and their forms, in the order they are tried:
   Indices must match exactly (the check's values are distinct and exact in bfloat16).
 - ``group_norm`` (chip prompt path): ttnn.group_norm for both pixel-decoder stages; else
   segmentation_head.group_norm_composite (ttnn.mean, matmul, elementwise ops).
-The engine adds two more with the same record: ``input`` (the uint8 upload and its cast,
-TtnnEngine.check_input_upload) and ``prompt_path`` (the whole chip prompt path against the host's,
-prompt_check.py, for ``prompt_path="auto"``), whose fallbacks are the bfloat16 upload and the
-host prompt path. A fallback that fails its own check still serves (it is the last form, or the
-whole prompt path's check then picks the host path), and the verdict says both figures.
+The engine's warm-up (engines/ttnn_warmup.py, which runs these) adds two more with the same
+record: ``input`` (the uint8 upload and its cast, ttnn_warmup.check_input_upload) and
+``prompt_path`` (the whole chip prompt path against the host's, prompt_check.py, for
+``prompt_path="auto"``), whose fallbacks are the bfloat16 upload and the host prompt path. A
+fallback that fails its own check still serves (it is the last form, or the whole prompt path's
+check then picks the host path), and the verdict says both figures.
 
 The checks run at batch 1, the kernels' shape for one prompt; the traces run the same programs
 at each prompt bucket.
