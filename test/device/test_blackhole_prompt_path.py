@@ -282,11 +282,12 @@ def chip_module_outputs(chip, blackhole, outputs: list, prompt_states: list, bes
     """One eager forward of the chip prompt path (its own _forward, with the fusion encoder's
     and the decoder stack's outputs read on the way), then the mask logits of `best`."""
     from tt_sam3_ros.engines.ttnn_model import prompt_path as chip_path_module
+    from tt_sam3_ros.engines.ttnn_model.prompt_rows import prompt_rows
 
     path, read = chip.prompt_path, (lambda t: blackhole.to_torch(t).float())
     state = path.image_features(outputs)
     count, rows = len(prompt_states), slice(1, 1 + path.decoder.queries)
-    path.prompts.set_prompts(*path._prompt_rows(prompt_states))
+    path.prompts.set_prompts(*prompt_rows(prompt_states))
     bucket, taps = path.prompts.bucket, {}
     fusion, stack = chip_path_module.fusion_encoder, chip_path_module.decoder_stack
 

@@ -34,7 +34,8 @@ Build the engine with the largest max_instances it will serve to stay on the fas
 
 Prompt tokens are T = 64 rows, whatever the prompt: 32 text tokens, row 32 the image's class
 token (the image trace's class tile, row 0, placed by a 0/1 matmul), rows 33..63 the geometry
-tokens the host gives (exemplar boxes; zeros and masked for a text prompt). Buckets of 1, 2, 4,
+tokens the host gives (exemplar boxes; zeros and masked for a text prompt); prompt_rows.py
+builds these rows on the host. Buckets of 1, 2, 4,
 ... max_prompts prompts (PromptBuffers) are compiled at warm-up before the image trace is
 captured, since a program compiled after a capture breaks its replays; the emulator holds the
 engine to that.
@@ -72,6 +73,7 @@ from tt_sam3_ros.engines.ttnn_model.decoder import DecoderStackConfig, DecoderSt
 from tt_sam3_ros.engines.ttnn_model.fusion_encoder import fusion_encoder
 from tt_sam3_ros.engines.ttnn_model.prompt_buffers import PromptBuffers, power_of_two_buckets
 from tt_sam3_ros.engines.ttnn_model.prompt_config import PromptLayerConfig
+from tt_sam3_ros.engines.ttnn_model.prompt_rows import PROMPT_TOKENS, placement_matrix, prompt_rows
 from tt_sam3_ros.engines.ttnn_model.prompt_weights import (
     PIXEL_DECODER_STAGES,
     prepare_decoder,
@@ -94,13 +96,6 @@ ON_HOST = "text encoder"
 #: The neck outputs the prompt path reads: scale 4 and 2 (pixel decoder), scale 1 (the fusion
 #: encoder's image tokens and the class token's keys); Sam3Model drops the coarsest level.
 FINE, MIDDLE, COARSE = 0, 1, 2
-#: Text tokens per prompt (CLIP's context) and the prompt tokens with the class-token tile.
-TEXT_TOKENS = 32
-PROMPT_TOKENS = TEXT_TOKENS + TILE
-#: Where the image's class token sits among a prompt's tokens, and how many rows after it the
-#: host's geometry tokens (exemplars) may fill.
-CLASS_ROW = TEXT_TOKENS
-GEOMETRY_ROWS = PROMPT_TOKENS - CLASS_ROW - 1
 #: Kept queries per prompt when the engine is given none: the segmenter's DEFAULT_MAX_INSTANCES
 #: (not imported: the segmenter imports the engines).
 KEPT_QUERIES = 50
@@ -303,7 +298,7 @@ class ChipPromptPath:
         count = len(prompt_states)
         if count > self.buckets[-1]:
             raise EngineError(f"{count} prompts: this engine was warmed up for at most {self.buckets[-1]}")
-        features, valid = self._prompt_rows(prompt_states, exemplars, image_state.serial)
+        features, valid = prompt_rows(prompt_states, exemplars, image_state.serial)
         self.prompts.set_prompts(features, valid)
         outputs = PromptOutputs(*self.prompts.run(*self._inputs(image_state)))
         if self.needs_every_query(max_instances):
@@ -430,7 +425,34 @@ class ChipPromptPath:
         class_tile: Any,
     ) -> list[Any]:
         """The prompt trace for `bucket` prompts: PromptOutputs' fields in order (the kept rows',
-        then every row's); leaves every input allocated."""
+        then every row's); leaves every input allocated. Its stages run in this order, which is
+        also the order of the buffers they allocate and free (the trace's allocation depends on it)."""
+        prompt = self._prompt_tokens(features, class_tile)
+        encoded = self._fusion(coarse, prompt, masks["image"])
+        stack = self._decoder_stack(prompt, masks["queries"], encoded)
+        logits, presence = self._scores(bucket, stack, prompt, masks["pool"])
+        indices = self._ranked_rows(bucket, logits)
+        kept_logits, kept_presence, high, low, kept_embeddings, embeddings = self._gather_kept(
+            bucket, indices, logits, presence, stack
+        )
+        pixels = self._pixel_embeddings(encoded, prompt, masks["image"], fine, middle)
+        return [
+            kept_logits,
+            kept_presence,
+            high,
+            low,
+            indices,
+            kept_embeddings,
+            pixels,
+            logits,
+            presence,
+            stack.boxes[-1],
+            embeddings,
+        ]
+
+    def _prompt_tokens(self, features: Any, class_tile: Any) -> Any:
+        """(B, T, C) prompt tokens: the prompt buffers' rows with the image's class token placed
+        at CLASS_ROW (a 0/1 matmul of the class tile, exact)."""
         ttnn, settings = self.ttnn, self.settings
         placed = ttnn.matmul(
             self.constants["placement"],
@@ -440,21 +462,32 @@ class ChipPromptPath:
         )
         prompt = ttnn.add(features, placed, memory_config=settings.memory)
         ttnn.deallocate(placed)
+        return prompt
+
+    def _fusion(self, coarse: Any, prompt: Any, image_mask: Any) -> Any:
+        """The fusion encoder over the scale-1 map's tokens, attending to the prompt tokens."""
+        ttnn = self.ttnn
         tokens = ttnn.reshape(coarse, (1, coarse.shape[-2], coarse.shape[-1]))
-        encoded = fusion_encoder(
+        return fusion_encoder(
             ttnn,
             tokens,
             prompt,
-            masks["image"],
+            image_mask,
             self.w_fusion,
             self.fusion,
-            settings,
+            self.settings,
             self.fusion_layers,
         )
+
+    def _decoder_stack(self, prompt: Any, query_mask: Any, encoded: Any) -> Any:
+        """The decoder stack with its box refinement, its keys the encoded image plus its
+        position encoding; of its per-layer outputs only the last layer's queries and boxes
+        are kept (the others are freed)."""
+        ttnn, settings = self.ttnn, self.settings
         keyed = ttnn.add(encoded, self.constants["position"], memory_config=settings.memory)
         stack = decoder_stack(
             ttnn,
-            DecoderStackInputs(prompt, masks["queries"], encoded, keyed),
+            DecoderStackInputs(prompt, query_mask, encoded, keyed),
             self.w_decoder,
             self.decoder,
             settings,
@@ -462,7 +495,13 @@ class ChipPromptPath:
         ttnn.deallocate(keyed)
         for tensor in [*stack.queries[:-1], *stack.boxes[:-1]]:
             ttnn.deallocate(tensor)
-        pool_rows = ttnn.softmax(masks["pool"], -1, memory_config=settings.memory)
+        return stack
+
+    def _scores(self, bucket: int, stack: Any, prompt: Any, pool_mask: Any) -> tuple[Any, Any]:
+        """Every row's query logit (against the prompt tokens pooled by the pool mask's softmax)
+        and presence logit; frees the decoder's hidden states."""
+        ttnn, settings = self.ttnn, self.settings
+        pool_rows = ttnn.softmax(pool_mask, -1, memory_config=settings.memory)
         pool = ttnn.reshape(pool_rows, (bucket, 1, PROMPT_TOKENS))
         logits = query_logits(ttnn, stack.hidden, prompt, pool, self.w_scoring, self.scoring, settings)
         # The reshape copies (its last dimension changes): both buffers are freed, or the copy
@@ -471,24 +510,38 @@ class ChipPromptPath:
         ttnn.deallocate(pool_rows)
         presence = presence_logits(ttnn, stack.hidden, self.w_scoring, self.scoring, settings)
         ttnn.deallocate(stack.hidden)
+        return logits, presence
+
+    def _ranked_rows(self, bucket: int, logits: Any) -> Any:
+        """(B, 1, k) uint16 decoder rows of each prompt's k kept queries, best first, in the
+        warm-up check's top-k form (selection.TOPK_FORMS)."""
+        ttnn, settings = self.ttnn, self.settings
         if self.topk_form == HOST_TOP_K:
             # No ttnn.topk (it failed its warm-up check): stand-in kept rows, the first k queries;
             # decode reads every query and the host ranks them (needs_every_query).
-            indices = ttnn.clone(self.constants[f"first_rows.{bucket}"], memory_config=settings.memory)
-        else:
-            # Ranked by logit, not score: the same order, without the bfloat16 product's ties (see
-            # selection.py); the flags are not used, the host applies the threshold.
-            values, indices, flags = selection.top_queries(
-                ttnn,
-                logits,
-                self.constants["candidates"],
-                self.kept,
-                0.0,
-                settings,
-                widen=self.constants.get("widen"),
-            )
-            for tensor in (values, flags):
-                ttnn.deallocate(tensor)
+            return ttnn.clone(self.constants[f"first_rows.{bucket}"], memory_config=settings.memory)
+        # Ranked by logit, not score: the same order, without the bfloat16 product's ties (see
+        # selection.py); the flags are not used, the host applies the threshold.
+        values, indices, flags = selection.top_queries(
+            ttnn,
+            logits,
+            self.constants["candidates"],
+            self.kept,
+            0.0,
+            settings,
+            widen=self.constants.get("widen"),
+        )
+        for tensor in (values, flags):
+            ttnn.deallocate(tensor)
+        return indices
+
+    def _gather_kept(
+        self, bucket: int, indices: Any, logits: Any, presence: Any, stack: Any
+    ) -> tuple[Any, Any, Any, Any, Any, Any]:
+        """The kept rows gathered on the chip by their one-hot selection matrix: (logits,
+        presence, boxes' high half, low half, mask embeddings, then every row's mask embeddings,
+        which the segmentation head makes from the decoder's last queries, freed here)."""
+        ttnn, settings = self.ttnn, self.settings
         pick = selection.selection_matrix(ttnn, indices, self.constants["rows"], settings)
         kept_logits = selection.gather_rows(ttnn, pick, logits, settings)
         kept_presence = gather_presence(ttnn, pick, presence, self.selectors[bucket], settings)
@@ -497,8 +550,15 @@ class ChipPromptPath:
         ttnn.deallocate(stack.queries[-1])
         kept_embeddings = selection.gather_rows(ttnn, pick, embeddings, settings)
         ttnn.deallocate(pick)
+        return kept_logits, kept_presence, high, low, kept_embeddings, embeddings
+
+    def _pixel_embeddings(self, encoded: Any, prompt: Any, image_mask: Any, fine: Any, middle: Any) -> Any:
+        """(B, H*W, C) per-pixel embeddings: the encoded image's cross-attention to the prompt,
+        then the pixel decoder over the scale-4 and scale-2 maps; frees the encoded image and
+        the prompt tokens."""
+        ttnn, settings = self.ttnn, self.settings
         attended = head.prompt_cross_attention(
-            ttnn, encoded, prompt, masks["image"], self.w_head, self.head_shape, self.head_eps, settings
+            ttnn, encoded, prompt, image_mask, self.w_head, self.head_shape, self.head_eps, settings
         )
         ttnn.deallocate(encoded)
         ttnn.deallocate(prompt)
@@ -514,19 +574,7 @@ class ChipPromptPath:
             self._conv_dtype,
         )
         ttnn.deallocate(attended)
-        return [
-            kept_logits,
-            kept_presence,
-            high,
-            low,
-            indices,
-            kept_embeddings,
-            pixels,
-            logits,
-            presence,
-            stack.boxes[-1],
-            embeddings,
-        ]
+        return pixels
 
     def _kept_mask_logits(self, masks: ChipMasks) -> np.ndarray:
         """(B, k, H*W) mask logits of every kept row: the kept embeddings times the pixels (fixed
@@ -560,44 +608,6 @@ class ChipPromptPath:
         return values
 
     # host helpers ----------------------------------------------------------------------------------
-    def _prompt_rows(
-        self, prompt_states: list[Any], exemplars: list[Any] | None = None, image_serial: int = 0
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P, t, C) prompt rows and their (P, t) validity: the text features, a zero row where
-        the class token goes (valid unless the prompt's exemplars were drawn on this image and
-        bring the class token that attended to them), then each prompt's host geometry rows
-        (none for a text prompt; t = 33 + the most any prompt has)."""
-        text = torch.stack([s.features.float() for s in prompt_states])
-        text_valid = torch.stack([s.mask.bool() for s in prompt_states])
-        count, width = text.shape[0], text.shape[-1]
-        geometry = [self._geometry_rows(e, image_serial) for e in (exemplars or [None] * count)]
-        longest = max(len(rows) for rows, _ in geometry)
-        if longest > GEOMETRY_ROWS:
-            raise EngineError(
-                f"a prompt with {longest} geometry tokens: the chip prompt path takes at most "
-                f"{GEOMETRY_ROWS} (the class token and {GEOMETRY_ROWS - 1} boxes)"
-            )
-        features = torch.zeros(count, CLASS_ROW + 1 + longest, width)
-        valid = torch.zeros(count, CLASS_ROW + 1 + longest, dtype=torch.bool)
-        features[:, :CLASS_ROW], valid[:, :CLASS_ROW] = text, text_valid
-        for index, (rows, own_class_token) in enumerate(geometry):
-            valid[index, CLASS_ROW] = own_class_token
-            if len(rows):
-                features[index, CLASS_ROW + 1 : CLASS_ROW + 1 + len(rows)] = rows
-            valid[index, CLASS_ROW + 1 : CLASS_ROW + 1 + len(rows)] = True
-        return features, valid
-
-    @staticmethod
-    def _geometry_rows(exemplar: Any, image_serial: int) -> tuple[torch.Tensor, bool]:
-        """One prompt's host geometry rows (n, C) and whether it takes this image's class token:
-        none and yes for a text prompt; on the image the boxes were drawn on, their class token
-        then the box tokens, and no; on a later image the box tokens, and yes."""
-        if exemplar is None:
-            return torch.zeros(0), True
-        if exemplar.image_serial == image_serial:
-            return torch.cat([exemplar.class_token, exemplar.box_tokens]).float().cpu(), False
-        return exemplar.box_tokens.float().cpu(), True
-
     def _tensor(self, values: torch.Tensor) -> Any:
         ttnn = self.ttnn
         return ttnn.from_torch(
@@ -618,14 +628,6 @@ def sine_position(model: Any, side: int, channels: int) -> torch.Tensor:
     encoding = model.vision_encoder.neck.position_encoding
     with torch.no_grad():
         return encoding((1, channels, side, side), torch.device("cpu"), torch.float32).float()
-
-
-def placement_matrix() -> torch.Tensor:
-    """(1, T, 32) 0/1: P @ class_tile puts the tile's row 0, the class token, at CLASS_ROW; every
-    other row gets 0 (the text's and the geometry's rows come from the prompt buffers)."""
-    matrix = torch.zeros(1, PROMPT_TOKENS, TILE)
-    matrix[0, CLASS_ROW, 0] = 1.0
-    return matrix
 
 
 def gather_presence(ttnn: Any, pick: Any, presence: Any, selector: Any, settings: Any) -> Any:
