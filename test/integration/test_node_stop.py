@@ -99,9 +99,7 @@ def test_ctrl_c_while_loading_gives_up_the_later_phases(tmp_path: Path, sigterm_
     process = start_node({"model_id": "tiny-random"}, log_path, FAULTY_NODE, env)
     try:
         _wait_for_line(log_path, "configuring:")
-        started = time.monotonic()
-        status = _stop_as_launch_does(process, sigterm_after_s, 20.0)
-        stopped_in_s = time.monotonic() - started
+        status = _stop_as_launch_does(process, sigterm_after_s, _launch_file_timeouts()[1])
     finally:
         if process.poll() is None:
             process.kill()
@@ -111,7 +109,6 @@ def test_ctrl_c_while_loading_gives_up_the_later_phases(tmp_path: Path, sigterm_
     assert "start given up: stopped after the weights loaded" in log, log
     assert "warmup delayed" not in log and "Traceback" not in log, log
     assert not (tmp_path / "closes").exists(), "no engine was opened, none to close"
-    assert stopped_in_s < 20.0, f"the stop took {stopped_in_s:.1f} s:\n{log}"
 
 
 def test_ctrl_c_during_the_warm_up_releases_the_engine_after_it(tmp_path: Path) -> None:
@@ -150,6 +147,25 @@ def test_ctrl_c_while_a_lost_engine_is_released_exits_0(tmp_path: Path) -> None:
         assert status == 0, log
         assert "Traceback" not in log.split("the engine looks lost")[-1], log
         assert len(closes(sam3)) == 1
+
+
+def test_a_frame_hung_in_the_engine_is_given_up_and_does_not_block_the_stop(tmp_path: Path) -> None:
+    """A device call that never returns: the watchdog (here 1 x the start-up, at least 2 s) takes
+    the only chip out as stuck, the node takes the engine-lost path without waiting for the
+    call, says the device stays open, and Ctrl-C then exits 0. The engine is never
+    closed (its thread is still in the call)."""
+    log_path = tmp_path / "node.log"
+    env = {"SAM3_FRAME_DELAY_S": "600", "SAM3_WATCHDOG": "1,2", "SAM3_CLOSE_LOG": str(tmp_path / "closes")}
+    with running_node(SERVING, log_path, FAULTY_NODE, env=env) as sam3:
+        sam3.send(make_image(scene(seed=1)))
+        _wait_for_line(log_path, "engine stuck: not closed", timeout_s=120.0)
+        # exit 0 inside launch's bound (SIGKILL after 120 s in all) proves the 600 s call was not awaited
+        status = _stop_as_launch_does(sam3.process, *_launch_file_timeouts())
+    log = log_path.read_text()
+    assert status == 0, log
+    assert "stuck: a frame has been in the engine for more than" in log, log
+    assert "the engine looks lost" in log, log
+    assert "engine released:" not in log and not (tmp_path / "closes").exists(), log
 
 
 def test_the_launch_file_gives_the_stop_more_than_a_slow_frame(monkeypatch: pytest.MonkeyPatch) -> None:

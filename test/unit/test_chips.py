@@ -19,7 +19,7 @@ import pytest
 from tt_sam3_ros.core.results import Instance, SegmentationResult
 from tt_sam3_ros.core.settings import RunSettings
 from tt_sam3_ros.engines.base import EngineError
-from tt_sam3_ros.runtime.chips import OUT_OF_SERVICE, RELEASED, SERVING, Chip, ChipPool
+from tt_sam3_ros.runtime.chips import OUT_OF_SERVICE, RELEASED, SERVING, Chip, ChipPool, Watchdog
 from tt_sam3_ros.runtime.pipeline import ENGINE_ERROR_LIMIT, FrameInput, FrameOutput, FramePipeline, Wants
 from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
@@ -107,7 +107,10 @@ class Outputs:
 class Rig:
     """A ChipPool over ``engines`` (one per chip, named '0', '1', ...) serving ``CAMERAS``."""
 
-    def __init__(self, engines: dict[str, Engine | Exception]) -> None:
+    def __init__(
+        self, engines: dict[str, Engine | Exception], watchdog: Watchdog | None = None, build_s: float = 0.0
+    ) -> None:
+        self.build_s = build_s
         self.pipeline = FramePipeline(now_ns=lambda: 0)
         self.cameras = self.pipeline.make_cameras(CAMERAS)
         self.outputs = {camera: Published() for camera in CAMERAS}
@@ -124,10 +127,12 @@ class Rig:
             self.slot,
             logger=_Logger(),
             on_lost=lambda chip: self.lost.append(chip.name),
+            watchdog=watchdog,
         )
 
     def _build(self, device: str) -> Engine:
         engine = self.engines[device]
+        threading.Event().wait(self.build_s)  # a start-up that takes time (weights, warm-up)
         if isinstance(engine, Exception):
             raise engine
         return engine
@@ -180,8 +185,8 @@ def rigs() -> Iterator[list[Rig]]:
         rig.pool.join()
 
 
-def _started(rigs: list[Rig], engines: dict[str, Engine | Exception]) -> Rig:
-    rig = Rig(engines)
+def _started(rigs: list[Rig], engines: dict[str, Engine | Exception], **options: Any) -> Rig:
+    rig = Rig(engines, **options)
     rigs.append(rig)
     rig.pool.start()
     assert rig.pool.wait_ready(LIMIT_S)
@@ -278,6 +283,72 @@ def test_stop_releases_every_chips_engine(rigs: list[Rig]) -> None:
     assert not rig.pool.alive
     assert [engine.closed for engine in engines.values()] == [1, 1, 1]
     assert {chip.snapshot().state for chip in rig.pool.chips} == {RELEASED}
+
+
+#: A watchdog for tests: a frame held in the stand-in engine is stuck after 2 s (its start-up
+#: and frames take milliseconds), checked every 50 ms.
+QUICK_WATCHDOG = Watchdog(factor=10.0, min_s=2.0, period_s=0.05)
+
+
+def _held(rig: Rig, engines: dict[str, Engine], camera: str, step: int) -> str:
+    """Send ``step``, held in whichever chip's engine takes it; returns that chip's name."""
+    rig.send(camera, step)
+    assert _wait(lambda: any(engine.holding.is_set() for engine in engines.values()))
+    return next(name for name, engine in engines.items() if engine.holding.is_set())
+
+
+def test_a_hung_chip_is_taken_out_and_the_cameras_later_frames_go_out_on_the_other(
+    rigs: list[Rig],
+) -> None:
+    engines = {"0": Engine(hold=1), "1": Engine(hold=1)}
+    rig = _started(rigs, dict(engines), watchdog=QUICK_WATCHDOG)
+    hung = _held(rig, engines, "front", 1)  # never released: a device call that does not return
+    other = "1" if hung == "0" else "0"
+    rig.send("front", 2)  # the other chip answers it, then waits for frame 1's turn
+    assert rig.outputs["front"].wait_for(1), "the camera's later frame waited on the hung chip"
+    assert rig.outputs["front"].published[0][0] == 2 and rig.served_by[("front", 2)] == other
+    snapshot = rig.chip(hung).snapshot()
+    assert snapshot.state == OUT_OF_SERVICE and rig.lost == [hung]
+    stuck = "stuck: a frame of camera 'front' has been in the engine for more than 2 s"
+    assert snapshot.reason.startswith(stuck)
+    for camera in CAMERAS:
+        rig.send(camera, 7)
+        assert _wait(lambda camera=camera: (camera, 7) in rig.finished), f"{camera} is no longer served"
+        assert rig.served_by[(camera, 7)] == other
+
+
+def test_stop_is_not_blocked_by_a_hung_chip_whose_late_answer_is_dropped(rigs: list[Rig]) -> None:
+    engines = {"0": Engine(hold=1), "1": Engine(hold=1)}
+    rig = _started(rigs, dict(engines), watchdog=QUICK_WATCHDOG)
+    hung = _held(rig, engines, "front", 1)
+    other = "1" if hung == "0" else "0"
+    rig.pool.stop()
+    assert rig.pool.join() == (hung,), "join names the chip it did not wait for"
+    assert engines[other].closed == 1 and engines[hung].closed == 0
+    engines[hung].release.set()  # the call returns after all: its frame is dropped, its engine closed
+    assert _wait(lambda: engines[hung].closed == 1)
+    assert ("front", 1) not in rig.finished and rig.outputs["front"].published == []
+    assert rig.chip(hung).snapshot().state == OUT_OF_SERVICE
+
+
+def test_a_slow_frame_within_its_limit_is_not_stuck(rigs: list[Rig]) -> None:
+    """The first frame's limit comes from the start-up (10 x 1 s here), not the 0.3 s floor."""
+    engines = {"0": Engine(hold=1)}
+    watchdog = Watchdog(factor=10.0, min_s=0.3, period_s=0.05)
+    rig = _started(rigs, dict(engines), watchdog=watchdog, build_s=1.0)
+    _held(rig, engines, "front", 1)
+    threading.Event().wait(1.0)  # over the floor, far under 10 x the start-up
+    engines["0"].release.set()
+    assert rig.outputs["front"].wait_for(1)
+    assert rig.chip("0").snapshot().state == SERVING and rig.lost == []
+    rig.pool.stop()
+    assert rig.pool.join() == ()
+
+
+def test_the_watchdog_limit_is_its_factor_times_the_slowest_frame_and_at_least_its_floor() -> None:
+    watchdog = Watchdog(factor=10.0, min_s=30.0)
+    assert watchdog.limit_s(0.05) == 30.0
+    assert watchdog.limit_s(40.0) == 400.0
 
 
 def test_a_pool_without_chips_is_refused() -> None:

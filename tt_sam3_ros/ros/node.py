@@ -328,7 +328,13 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
                 if chips.alive:
                     self.get_logger().info("releasing the engine (once the work in flight is done)")
                 chips.stop()
-                chips.join()
+                stuck = chips.join()
+                if stuck:
+                    which = f"chip(s) {', '.join(stuck)}" if self._per_chip else "engine"
+                    self.get_logger().error(
+                        f"{which} stuck: not closed (a call into the engine never returned); "
+                        "the device stays open until this process exits"
+                    )
             self._close_unclaimed_chips()
             self._chip_set = None
             for camera in self._cameras.values():

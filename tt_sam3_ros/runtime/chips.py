@@ -30,11 +30,20 @@ the other chips go on serving every camera. The next configure opens every chip 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tt_sam3_ros.runtime.worker import Frame, FrameSlot, FrameStats, InferenceWorker, StatsSnapshot
+
+#: The watchdog (``Watchdog``): a frame still in its engine after WATCHDOG_FACTOR times the slowest
+#: frame the chip has answered (before its first: the pool's start-up, weights to warm-up), and at
+#: least WATCHDOG_MIN_S, is stuck. A chip hung in a device call never returns; the factor and the
+#: floor leave room for a frame slowed by a busy host. Checked every WATCHDOG_PERIOD_S.
+WATCHDOG_FACTOR = 10.0
+WATCHDOG_MIN_S = 30.0
+WATCHDOG_PERIOD_S = 0.5
 
 #: A chip's states, as /diagnostics says them.
 STARTING, SERVING, OUT_OF_SERVICE, RELEASED = "starting", "serving", "out of service", "released"
@@ -49,6 +58,20 @@ class ChipSnapshot:
     reason: str
     description: dict[str, str]
     stats: StatsSnapshot
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """When a frame in a chip's engine counts as stuck: after ``factor`` times the slowest frame
+    the chip has answered (before its first: the pool's start-up), and at least ``min_s``;
+    checked every ``period_s``. Tests shorten them; the node uses the defaults."""
+
+    factor: float = WATCHDOG_FACTOR
+    min_s: float = WATCHDOG_MIN_S
+    period_s: float = WATCHDOG_PERIOD_S
+
+    def limit_s(self, slowest_s: float) -> float:
+        return max(self.min_s, self.factor * slowest_s)
 
 
 class Chip:
@@ -108,6 +131,11 @@ class Chip:
         return ChipSnapshot(self.name, state, reason, description, self.stats.snapshot())
 
 
+class FrameAbandonedError(Exception):
+    """Raised by ``wait_turn`` in a frame the watchdog gave up on: its camera's later frames have
+    gone out already, so its outputs must not."""
+
+
 class CameraTurns:
     """The order of each camera's outputs when its frames run on several chips at once.
 
@@ -123,11 +151,26 @@ class CameraTurns:
         self._done_early: dict[str, set[int]] = {}  # per camera: done seqs above it
 
     def wait(self, frame: Frame) -> None:
+        """Return once every earlier frame of the camera is done.
+
+        Raises:
+            FrameAbandonedError: ``frame`` itself was marked done meanwhile (the watchdog gave up on it).
+        """
         with self._changed:
             self._changed.wait_for(lambda: self._next_out.get(frame.camera, 0) >= frame.seq)
+            if self._is_done(frame):
+                raise FrameAbandonedError(f"frame {frame.seq} of camera {frame.camera!r} was given up")
+
+    def _is_done(self, frame: Frame) -> bool:
+        return frame.seq < self._next_out.get(frame.camera, 0) or frame.seq in self._done_early.get(
+            frame.camera, set()
+        )
 
     def done(self, frame: Frame) -> None:
+        """Mark ``frame`` done; a second mark (the watchdog's, then the chip's own) does nothing."""
         with self._changed:
+            if self._is_done(frame):
+                return
             early = self._done_early.setdefault(frame.camera, set())
             early.add(frame.seq)
             next_out = self._next_out.get(frame.camera, 0)
@@ -144,14 +187,30 @@ class CameraTurns:
 HandleFrame = Callable[[Any, Frame, Chip, Callable[[], None]], str | None]
 
 
+class _InFlight:
+    """A frame in a chip's engine: when it went in, and the limit it is watched against."""
+
+    def __init__(self, frame: Frame, limit_s: float) -> None:
+        self.frame = frame
+        self.since = time.monotonic()
+        self.limit_s = limit_s
+
+
 class ChipPool:
     """One ``InferenceWorker`` per chip, all taking frames from one ``FrameSlot``.
 
     ``start`` builds every chip's engine one after another and warms them up at once, each on its
     worker's thread;
-    ``wait_ready`` returns once each has started or failed. ``on_lost(chip)`` is called on the
-    lost chip's thread once it is out of service (its engine closing); ``on_closed(chip)`` once
-    its engine is closed. ``stop`` then ``join`` closes every engine.
+    ``wait_ready`` returns once each has started or failed. ``on_lost(chip)`` is called once the
+    chip is out of service: on its own thread (its engine closing), or on the watchdog's for a
+    stuck chip; ``on_closed(chip)`` once its engine is closed. ``stop`` then ``join`` closes
+    every engine but a stuck one's.
+
+    A watchdog thread (``Watchdog``) takes a chip whose frame stays in its engine past the limit
+    out of service ("stuck"), releases the camera's later frames on the other chips (their turn
+    no longer waits on it) and stops ``join`` from waiting on it: a chip hung in a device call
+    can neither stall the others nor block a stop. Its thread still holds the engine; if the call
+    ever returns, the frame's outputs are dropped and the engine is closed then.
     """
 
     def __init__(
@@ -163,6 +222,7 @@ class ChipPool:
         logger: Any,
         on_lost: Callable[[Chip], None] = lambda _chip: None,
         on_closed: Callable[[Chip], None] = lambda _chip: None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         """``devices``: (name, device) of each chip, e.g. ('1', '1'); at least one."""
         if not devices:
@@ -177,6 +237,15 @@ class ChipPool:
         self._turns = CameraTurns()
         self._handle_frame = handle_frame
         self._on_lost = on_lost
+        self._watchdog = watchdog or Watchdog()
+        self._watch_lock = threading.Lock()
+        self._in_flight: dict[str, _InFlight] = {}  # chip name -> its frame in the engine
+        self._slowest_s: dict[str, float] = {}  # chip name -> its slowest answered frame
+        self._startup_s = 0.0  # start() to settle(): every chip's basis before its first frame
+        self._started_at = 0.0
+        self._stuck: set[str] = set()
+        self._watching = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="sam3-watchdog", daemon=True)
         self._workers = [
             InferenceWorker(
                 build=lambda chip=chip: self._build_one(build, chip),
@@ -195,8 +264,11 @@ class ChipPool:
             return build(chip.device)
 
     def start(self) -> None:
+        self._started_at = time.monotonic()
         for worker in self._workers:
             worker.start()
+        self._watching.set()
+        self._watcher.start()
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Whether every chip has started or failed to (``timeout_s`` None: wait for it)."""
@@ -204,6 +276,8 @@ class ChipPool:
 
     def settle(self) -> None:
         """After ``wait_ready``: a chip that failed to start is out of service with its reason."""
+        with self._watch_lock:
+            self._startup_s = time.monotonic() - self._started_at
         for chip, worker in zip(self.chips, self._workers, strict=True):
             if worker.startup_error is not None:
                 chip.take_out_of_service(f"cannot start: {worker.startup_error}")
@@ -235,10 +309,16 @@ class ChipPool:
         """Ask every worker to end after its frame in flight; ``join`` to wait for the closes."""
         self._slot.close()
 
-    def join(self) -> None:
-        for worker in self._workers:
-            if worker.is_alive():
-                worker.join()
+    def join(self) -> tuple[str, ...]:
+        """Wait for every worker's close but a stuck chip's (the watchdog keeps watching meanwhile:
+        a frame that gets stuck during the wait ends it too); returns the stuck chips' names,
+        whose engines stay open (their threads are blocked in the engine)."""
+        for chip, worker in zip(self.chips, self._workers, strict=True):
+            while worker.is_alive() and not self._is_stuck(chip):
+                worker.join(self._watchdog.period_s)
+        self._watching.clear()
+        with self._watch_lock:
+            return tuple(chip.name for chip in self.chips if chip.name in self._stuck)
 
     @property
     def alive(self) -> bool:
@@ -246,14 +326,66 @@ class ChipPool:
 
     def _serve(self, chip: Chip, segmenter: Any, frame: Frame) -> bool:
         """One frame on ``chip``; False takes the chip out of service (its worker then ends)."""
+        self._went_in(chip, frame)
         try:
-            lost = self._handle_frame(segmenter, frame, chip, lambda: self._turns.wait(frame))
+            lost = self._handle_frame(segmenter, frame, chip, lambda: self._answered(chip, frame))
+        except FrameAbandonedError:
+            return False  # the watchdog took the chip out meanwhile: its outputs must not leave
         finally:
+            self._came_out(chip)
             self._turns.done(frame)
+        if self._is_stuck(chip):
+            return False  # answered after all, but too late: the chip stays out of service
         if lost and chip.take_out_of_service(lost):
             self._on_lost(chip)
             return False
         return True
+
+    def _went_in(self, chip: Chip, frame: Frame) -> None:
+        with self._watch_lock:
+            basis = self._slowest_s.get(chip.name, self._startup_s)
+            self._in_flight[chip.name] = _InFlight(frame, self._watchdog.limit_s(basis))
+
+    def _answered(self, chip: Chip, frame: Frame) -> None:
+        """The engine answered: the frame's engine time counts towards the chip's slowest frame,
+        and the watchdog stops watching it (waiting for the turn is the other chips' time)."""
+        self._came_out(chip)
+        self._turns.wait(frame)
+
+    def _came_out(self, chip: Chip) -> None:
+        with self._watch_lock:
+            flight = self._in_flight.pop(chip.name, None)
+            if flight is not None and chip.name not in self._stuck:
+                took = time.monotonic() - flight.since
+                self._slowest_s[chip.name] = max(took, self._slowest_s.get(chip.name, 0.0))
+
+    def _is_stuck(self, chip: Chip) -> bool:
+        with self._watch_lock:
+            return chip.name in self._stuck
+
+    def _watch(self) -> None:
+        while self._watching.is_set():
+            time.sleep(self._watchdog.period_s)
+            for chip in self.chips:
+                self._check(chip)
+
+    def _check(self, chip: Chip) -> None:
+        """Take ``chip`` out of service when its frame in the engine is past its limit."""
+        with self._watch_lock:
+            flight = self._in_flight.get(chip.name)
+            if flight is None or time.monotonic() - flight.since <= flight.limit_s:
+                return
+            del self._in_flight[chip.name]
+            self._stuck.add(chip.name)
+        camera = f" of camera {flight.frame.camera!r}" if flight.frame.camera else ""
+        reason = (
+            f"stuck: a frame{camera} has been in the engine for more than "
+            f"{flight.limit_s:.0f} s (the limit: {self._watchdog.factor:g}x its slowest frame or "
+            f"start-up, at least {self._watchdog.min_s:g} s); its engine stays open"
+        )
+        self._turns.done(flight.frame)  # the camera's later frames go out on the other chips
+        if chip.take_out_of_service(reason):
+            self._on_lost(chip)
 
     @staticmethod
     def _closed(chip: Chip, on_closed: Callable[[Chip], None]) -> None:

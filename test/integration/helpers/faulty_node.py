@@ -8,6 +8,8 @@
   slept at the start of the warm-up, of each frame and of the close, each after printing
   ``<phase> delayed`` (a first warm-up on a chip, a full-size frame on a CPU, a slow device close),
   so a test can stop the node in the middle of one.
+- ``$SAM3_WATCHDOG`` (``factor,min_s``) replaces the chip watchdog's defaults (10, 30 s), so a
+  test sees a hung frame taken out in seconds.
 - Every ``Sam3Segmenter.close()`` appends a line to the file named by ``$SAM3_CLOSE_LOG``,
   so a test can see that the device was released, and how often.
 
@@ -17,6 +19,7 @@ Only this test process is patched; the package has no fault flag. Usage:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -28,6 +31,7 @@ import numpy as np
 from tt_sam3_ros.core.segmenter import Sam3Segmenter
 from tt_sam3_ros.ros import main as process
 from tt_sam3_ros.ros import node
+from tt_sam3_ros.runtime import chips
 
 FAULT_PIXEL = (13, 37, 66)
 FAULT_MESSAGE = "injected engine fault"
@@ -83,6 +87,9 @@ def install() -> None:
         return build(self, request, device)
 
     node.Sam3Node._build_segmenter = slow_build
+    if watchdog := os.environ.get("SAM3_WATCHDOG"):
+        factor, min_s = (float(value) for value in watchdog.split(","))
+        chips.Watchdog = functools.partial(chips.Watchdog, factor=factor, min_s=min_s)
 
 
 if __name__ == "__main__":
