@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tt_sam3_ros.core import depth
+from tt_sam3_ros.core.camera_model import Camera
 from tt_sam3_ros.core.errors import InputError
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -27,8 +28,8 @@ SIZE_TOLERANCE_M = 0.01
 LIMITS = depth.DepthLimits(min_m=0.1, max_m=10.0, min_points=20)
 
 
-def camera(k: np.ndarray = scene.K, size: tuple[int, int] = (scene.HEIGHT, scene.WIDTH)) -> depth.Camera:
-    return depth.Camera.from_k(k.ravel(), size)
+def camera(k: np.ndarray = scene.K, size: tuple[int, int] = (scene.HEIGHT, scene.WIDTH)) -> Camera:
+    return Camera.from_k(k.ravel(), size)
 
 
 def whole_image_windows(count: int) -> list[tuple[slice, slice]]:
@@ -188,7 +189,7 @@ def test_depth_of_an_integer_scale(factor: float) -> None:
     plane = scene.facing_rectangle((0.05, -0.02, 1.0), 0.2, 0.2)
     colour = scene.render([[plane]])
     depth_size = (int(scene.HEIGHT * factor), int(scene.WIDTH * factor))
-    depth_k = depth.Camera.from_k(scene.K.ravel(), (scene.HEIGHT, scene.WIDTH)).scaled_to(depth_size).matrix
+    depth_k = Camera.from_k(scene.K.ravel(), (scene.HEIGHT, scene.WIDTH)).scaled_to(depth_size).matrix
     depth_z = plane.hit(scene.rays(depth_k, depth_size))
     pixels = np.where(np.isfinite(depth_z), depth_z, 0.0).astype(np.float32)
     grid = depth.depth_image(pixels, colour.labels.shape)
@@ -246,7 +247,7 @@ def test_bad_depth_arrays_are_refused(pixels, reason) -> None:
 )
 def test_bad_camera_matrices_are_refused(k, reason) -> None:
     with pytest.raises(InputError, match=reason):
-        depth.Camera.from_k(k, (48, 64))
+        Camera.from_k(k, (48, 64))
 
 
 @pytest.mark.parametrize(
@@ -268,7 +269,7 @@ def test_grids_that_disagree_are_refused() -> None:
     grid = depth.depth_image(np.ones((48, 64), np.float32), (48, 64))
     with pytest.raises(InputError, match="same"):
         depth.measure_instances(
-            np.zeros((48, 65), np.uint8), [], grid, depth.Camera.from_k(scene.K.ravel(), (48, 64)), LIMITS
+            np.zeros((48, 65), np.uint8), [], grid, Camera.from_k(scene.K.ravel(), (48, 64)), LIMITS
         )
 
 
@@ -333,7 +334,7 @@ def depth_frames(draw):
 def test_any_depth_gives_finite_answers_or_none(frame, min_points: int, stride: int) -> None:
     labels, pixels = frame
     size = labels.shape
-    cam = depth.Camera.from_k([50.0, 0.0, size[1] / 2, 0.0, 50.0, size[0] / 2, 0.0, 0.0, 1.0], size)
+    cam = Camera.from_k([50.0, 0.0, size[1] / 2, 0.0, 50.0, size[0] / 2, 0.0, 0.0, 1.0], size)
     limits = depth.DepthLimits(min_m=0.1, max_m=10.0, min_points=min_points)
     grid = depth.depth_image(pixels, size)
     windows = [(slice(0, size[0]), slice(0, size[1]))] * 3
@@ -359,7 +360,7 @@ def test_all_invalid_depth_measures_nothing(filler: float) -> None:
     labels[10:30, 10:30] = 1
     pixels = np.full((48, 64), filler, np.float32)
     grid = depth.depth_image(pixels, labels.shape)
-    cam = depth.Camera.from_k([50.0, 0, 32, 0, 50.0, 24, 0, 0, 1], labels.shape)
+    cam = Camera.from_k([50.0, 0, 32, 0, 50.0, 24, 0, 0, 1], labels.shape)
     windows = [(slice(10, 30), slice(10, 30))]
     assert depth.measure_instances(labels, windows, grid, cam, LIMITS) == []
     assert len(depth.labelled_points(labels, grid, cam, LIMITS, 1)) == 0
@@ -386,7 +387,7 @@ def test_any_depth_size_is_used_or_refused_with_a_reason(image, depth_size) -> N
 )
 def test_any_camera_matrix_is_used_or_refused_with_a_reason(k) -> None:
     try:
-        cam = depth.Camera.from_k(k, (48, 64))
+        cam = Camera.from_k(k, (48, 64))
     except InputError:
         return
     assert cam.matrix[0, 0] > 0 and cam.matrix[1, 1] > 0
@@ -425,7 +426,7 @@ def skewed_instances(draw):
 def test_the_box_holds_98_percent_of_the_points_on_every_axis(instance) -> None:
     labels, pixels = instance
     size = labels.shape
-    cam = depth.Camera.from_k([250.0, 0.0, 159.5, 0.0, 260.0, 119.5, 0.0, 0.0, 1.0], size)
+    cam = Camera.from_k([250.0, 0.0, 159.5, 0.0, 260.0, 119.5, 0.0, 0.0, 1.0], size)
     grid = depth.depth_image(pixels, size)
     window = (slice(0, size[0]), slice(0, size[1]))
     (geometry,) = depth.measure_instances(labels, [window], grid, cam, LIMITS)
@@ -454,54 +455,9 @@ def test_a_rectified_image_is_back_projected_with_p_not_k() -> None:
     """As image_geometry and depth_image_proc do: P[:3, :3] is the rectified image's camera."""
     frame = scene.render([[scene.facing_rectangle((0.1, -0.05, 1.5), 0.2, 0.3)]])
     size = (scene.HEIGHT, scene.WIDTH)
-    rectified = depth.Camera.from_calibration(RAW_K, RECTIFIED_P, size)
+    rectified = Camera.from_calibration(RAW_K, RECTIFIED_P, size)
     np.testing.assert_array_equal(rectified.matrix, scene.K)
     grid = depth.depth_image(frame.depth_32fc1(), size)
     (geometry,) = depth.measure_instances(frame.labels, whole_image_windows(1), grid, rectified, LIMITS)
     np.testing.assert_allclose(geometry.median, (0.1, -0.05, 1.5), atol=CENTRE_TOLERANCE_M)
     np.testing.assert_allclose(geometry.size, (0.2, 0.3, 0.0), atol=SIZE_TOLERANCE_M)
-
-
-@pytest.mark.parametrize("p", [[], [0.0] * 12])
-def test_without_p_k_is_used(p: list[float]) -> None:
-    camera_k = depth.Camera.from_calibration(RAW_K, p, (scene.HEIGHT, scene.WIDTH))
-    np.testing.assert_array_equal(camera_k.matrix, np.reshape(RAW_K, (3, 3)))
-
-
-@pytest.mark.parametrize(
-    ("p", "reason"),
-    [
-        ([600.0, 0, 320, -36.0, 0, 600, 240, 0, 0, 0, 1, 0], "Tx -36"),
-        ([600.0, 0, 320, 0, 0, 600, 240, 12.0, 0, 0, 1, 0], "Ty 12"),
-        ([600.0, 0, 320, 0, 0, 600, 240, 0, 0, 0, 1, 0.5], "last column"),
-        ([600.0, 0, 320, 0, 0, 600, 240, 0], "12 numbers"),
-        ([0.0, 0, 320, 0, 0, 600, 240, 0, 0, 0, 1, 0], "P has focal lengths"),
-        ([600.0, 0, np.inf, 0, 0, 600, 240, 0, 0, 0, 1, 0], "P holds NaN or inf"),
-    ],
-)
-def test_a_p_that_is_not_the_left_cameras_is_refused_with_the_reason(p, reason) -> None:
-    """A right stereo camera's P (Tx = -fx * baseline) projects from another origin: refused."""
-    with pytest.raises(InputError, match=reason):
-        depth.Camera.from_calibration(RAW_K, p, (scene.HEIGHT, scene.WIDTH))
-
-
-@pytest.mark.parametrize(
-    ("binning", "roi", "reason"),
-    [
-        ((2, 2), (0, 0, 0, 0), "binning_x 2, binning_y 2"),
-        ((1, 4), (0, 0, 0, 0), "binning_x 1, binning_y 4"),
-        ((0, 0), (16, 8, 200, 300), "roi x_offset 16, y_offset 8, width 300, height 200"),
-        ((0, 0), (0, 0, 200, 300), "roi x_offset 0, y_offset 0, width 300, height 200"),
-    ],
-)
-def test_binning_or_a_region_of_interest_is_refused_naming_them(binning, roi, reason) -> None:
-    with pytest.raises(InputError, match=reason):
-        depth.Camera.from_calibration(RAW_K, [], (scene.HEIGHT, scene.WIDTH), binning=binning, roi=roi)
-
-
-@pytest.mark.parametrize(
-    ("binning", "roi"),
-    [((0, 0), (0, 0, 0, 0)), ((1, 1), (0, 0, 0, 0)), ((0, 0), (0, 0, scene.HEIGHT, scene.WIDTH))],
-)
-def test_no_binning_and_the_full_image_as_roi_are_accepted(binning, roi) -> None:
-    depth.Camera.from_calibration(RAW_K, [], (scene.HEIGHT, scene.WIDTH), binning=binning, roi=roi)

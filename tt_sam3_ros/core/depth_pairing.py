@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tt_sam3_ros.core import depth
+from tt_sam3_ros.core.camera_model import Camera
 from tt_sam3_ros.core.errors import InputError, quoted
 from tt_sam3_ros.core.results import SegmentationResult
 
@@ -207,16 +208,16 @@ def check_frames(image_frame_id: str, depth_frame: DepthFrame, info: CameraInfoD
 
 def camera_from_info(
     info: CameraInfoData, image_size: tuple[int, int], depth_size: tuple[int, int]
-) -> depth.Camera:
+) -> Camera:
     """The pinhole camera of the colour image's pixel grid from the colour camera's CameraInfo.
 
-    P[:3, :3] when P is set (a rectified image), K otherwise (``depth.Camera.from_calibration``).
+    P[:3, :3] when P is set (a rectified image), K otherwise (``camera_model.Camera.from_calibration``).
     ``info`` may describe the colour image's size, or the depth image's when that is an integer
     scale of it (the matrix is then scaled). Distortion (D) is not applied.
 
     Raises:
         InputError: a size that matches neither image, binning or a region of interest, a P of
-            another stereo camera than the left, or a matrix that ``depth.Camera`` refuses.
+            another stereo camera than the left, or a matrix that ``camera_model.Camera`` refuses.
     """
     info_size = (int(info.height), int(info.width))
     if info_size not in (tuple(image_size), tuple(depth_size)):
@@ -224,7 +225,7 @@ def camera_from_info(
             f"camera_info is {info_size[1]}x{info_size[0]} but the colour image is "
             f"{image_size[1]}x{image_size[0]} and the depth {depth_size[1]}x{depth_size[0]}"
         )
-    camera = depth.Camera.from_calibration(info.k, info.p, info_size, binning=info.binning, roi=info.roi)
+    camera = Camera.from_calibration(info.k, info.p, info_size, binning=info.binning, roi=info.roi)
     return camera.scaled_to(image_size)
 
 
