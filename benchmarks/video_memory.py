@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from benchmarks.scenes import moving_objects_clip
-    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, _tensors
+    from tt_sam3_ros.core.video_session import tensors_in
+    from tt_sam3_ros.core.video_tracker import Sam3VideoTracker
     from tt_sam3_ros.weights.tiny_model import (
         TINY_VIDEO_SIDE,
         build_tiny_sam3_video,
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                 model(inference_session=session, frame=pixels)
 
         def held() -> str:
-            return f"session tensors {len(_tensors(vars(session)))}, objects {len(session.obj_ids)}"
+            return f"session tensors {len(tensors_in(vars(session)))}, objects {len(session.obj_ids)}"
     else:
         tracker = Sam3VideoTracker(model, processor, forget_after_frames=args.forget_after)
 

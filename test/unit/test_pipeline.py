@@ -14,7 +14,7 @@ from tt_sam3_ros.core.depth_pairing import Answer3D, CameraInfoData, DepthFrame
 from tt_sam3_ros.core.errors import InputError
 from tt_sam3_ros.core.results import Instance, SegmentationResult
 from tt_sam3_ros.core.settings import RunSettings
-from tt_sam3_ros.core.video_tracker import Sam3VideoEngine
+from tt_sam3_ros.core.video_engine import Sam3VideoEngine
 from tt_sam3_ros.runtime.pipeline import ENGINE_ERROR_LIMIT, FrameInput, FrameOutput, FramePipeline, Wants
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"

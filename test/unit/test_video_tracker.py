@@ -23,7 +23,8 @@ from frames import random_frame  # noqa: E402
 
 from benchmarks.scenes import moving_objects_clip  # noqa: E402
 from tt_sam3_ros.core.errors import InputError  # noqa: E402
-from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, _tensors  # noqa: E402
+from tt_sam3_ros.core.video_session import tensors_in  # noqa: E402
+from tt_sam3_ros.core.video_tracker import Sam3VideoTracker  # noqa: E402
 from tt_sam3_ros.weights.tiny_model import build_tiny_sam3_video, tiny_sam3_video_processor  # noqa: E402
 
 PROMPTS = ["car", "person"]
@@ -224,7 +225,7 @@ def test_stream_equals_offline_propagation_without_hotstart(processor, clip):
 
 
 def session_tensor_count(session) -> int:
-    return len(_tensors(vars(session)))
+    return len(tensors_in(vars(session)))
 
 
 def test_state_stays_flat_over_a_stream(churn_model, processor):

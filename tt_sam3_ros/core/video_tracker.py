@@ -32,17 +32,17 @@ frame:
 While no object holds more conditioning frames than the cap and none is forgotten, the outputs
 equal transformers' own streaming inference on the same frames.
 
-No ROS here; the node and the CLI use it through the per-frame pipeline.
+No ROS here; the node and the CLI use it through the per-frame pipeline (the node's worker
+holds ``video_engine.Sam3VideoEngine``, which serves one tracker per camera). The session's
+frame store and its accounting are in ``video_session.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,9 +50,9 @@ import numpy as np
 from tt_sam3_ros.core import preprocess
 from tt_sam3_ros.core.prompts import validate_prompts
 from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.video_session import SessionState, StreamFrames, storage_bytes, tensors_in
 
 if TYPE_CHECKING:
-    import torch
     from transformers import Sam3VideoModel, Sam3VideoProcessor
 
 LOG = logging.getLogger(__name__)
@@ -91,47 +91,6 @@ def keep_best(result: SegmentationResult, threshold: float, max_instances: int) 
     """``result`` with only the instances scoring above ``threshold``, at most ``max_instances``."""
     kept = [i for i in result.instances if i.score > threshold][:max_instances]
     return SegmentationResult(result.image_size, result.prompts, kept, result.presence, result.timing_ms)
-
-
-@dataclass(frozen=True)
-class SessionState:
-    """What the live session holds after a frame (all counts, for tests and diagnostics).
-
-    Attributes:
-        objects: objects being tracked.
-        memory_frames: the most past frames any one object keeps outputs for (non-conditioning).
-        conditioning_frames: the most conditioning frames any one object keeps.
-        tensors: tensors the session refers to.
-        tensor_bytes: bytes of the memory behind them (a storage shared by several views counted once).
-    """
-
-    objects: int
-    memory_frames: int
-    conditioning_frames: int
-    tensors: int
-    tensor_bytes: int
-
-
-class _StreamFrames(dict):
-    """The session's frame store for a live stream: it holds the frame being processed only, but
-    its length is the number of frames given so far, which transformers reads as the video's
-    length (the tracker caps how many past object pointers it reads by it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames_given = 0
-
-    def __setitem__(self, frame_index: int, pixels: object) -> None:
-        dict.clear(self)
-        super().__setitem__(frame_index, pixels)
-        self.frames_given = max(self.frames_given, frame_index + 1)
-
-    def __len__(self) -> int:
-        return self.frames_given
-
-    def drop_pixels(self) -> None:
-        """Forget the frame's pixels, keep the count."""
-        dict.clear(self)
 
 
 class Sam3VideoTracker:
@@ -325,13 +284,13 @@ class Sam3VideoTracker:
         session = self._session
         memory = [len(out["non_cond_frame_outputs"]) for out in session.output_dict_per_obj.values()]
         conditioning = [len(out["cond_frame_outputs"]) for out in session.output_dict_per_obj.values()]
-        tensors = _tensors(vars(session))
+        tensors = tensors_in(vars(session))
         return SessionState(
             objects=len(session.obj_ids),
             memory_frames=max(memory, default=0),
             conditioning_frames=max(conditioning, default=0),
             tensors=len(tensors),
-            tensor_bytes=sum(_storages(tensors.values()).values()),
+            tensor_bytes=sum(storage_bytes(tensors.values()).values()),
         )
 
     # --- session bookkeeping -------------------------------------------------------------------
@@ -340,7 +299,7 @@ class Sam3VideoTracker:
         import torch
 
         session = self.processor.init_video_session(inference_device=self.model.device, dtype=torch.float32)
-        session.processed_frames = _StreamFrames()
+        session.processed_frames = StreamFrames()
         return session
 
     def _add_prompt(self, text: str) -> None:
@@ -460,113 +419,3 @@ class Sam3VideoTracker:
             )
         instances.sort(key=lambda instance: (-instance.score, instance.track_id))
         return instances
-
-
-class Sam3VideoEngine:
-    """SAM 3's video model loaded once, serving one ``Sam3VideoTracker`` session per stream.
-
-    What the node's worker holds in place of a ``Sam3Segmenter`` when ``tracker`` is ``sam3``:
-    it describes, warms up and closes like one; each camera asks it for its own tracker.
-    """
-
-    def __init__(
-        self,
-        model: Sam3VideoModel,
-        processor: Sam3VideoProcessor,
-        model_description: str = "",
-        max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
-        forget_after_frames: int = DEFAULT_FORGET_AFTER_FRAMES,
-        is_random: bool = False,
-    ) -> None:
-        self.model: Sam3VideoModel | None = model
-        self.processor = processor
-        self.max_image_side = max_image_side
-        self.forget_after_frames = forget_after_frames
-        self.is_random = is_random
-        self._trackers: list[weakref.ref[Sam3VideoTracker]] = []
-        self._description = {
-            "engine": "torch",
-            "tracker": "sam3",
-            "device": str(model.device),
-            "dtype": "float32",
-            "model": model_description or type(model).__name__,
-        }
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        model_id: str = "facebook/sam3",
-        revision: str | None = None,
-        weights_dir: str | None = None,
-        device: str | None = None,
-        max_image_side: int = preprocess.DEFAULT_MAX_IMAGE_SIDE,
-        forget_after_frames: int = DEFAULT_FORGET_AFTER_FRAMES,
-    ) -> Sam3VideoEngine:
-        """Load the video model as ``Sam3VideoTracker.from_pretrained`` does (same errors)."""
-        loaded = Sam3VideoTracker.from_pretrained(model_id, revision, weights_dir, device=device or "cpu")
-        return cls(
-            loaded.model,
-            loaded.processor,
-            model_description=weights_dir or model_id,
-            max_image_side=max_image_side,
-            forget_after_frames=forget_after_frames,
-            is_random=loaded.is_random,
-        )
-
-    def describe(self) -> dict[str, str]:
-        """What runs (for logs and /diagnostics)."""
-        return dict(self._description)
-
-    def warmup(self) -> None:
-        """One frame through a throwaway session, so the first camera frame pays no first-call costs."""
-        tracker = self.new_tracker()
-        tracker(np.zeros((64, 64, 3), dtype=np.uint8), ["object"])
-
-    def new_tracker(self) -> Sam3VideoTracker:
-        """A fresh session (no objects, no memory) over the shared model."""
-        if self.model is None:
-            raise RuntimeError("the SAM 3 video engine is closed")
-        tracker = Sam3VideoTracker(self.model, self.processor, forget_after_frames=self.forget_after_frames)
-        self._trackers.append(weakref.ref(tracker))
-        return tracker
-
-    def close(self) -> None:
-        """Drop the model and every session it served, so their memory goes now. Idempotent."""
-        for tracker_ref in self._trackers:
-            tracker = tracker_ref()
-            if tracker is not None:
-                tracker.close()
-        self._trackers.clear()
-        self.model = None
-
-
-def _storages(tensors: object) -> dict[int, int]:
-    """Bytes of each distinct storage behind ``tensors`` (views of one batch share it), by address."""
-    storages = {}
-    for tensor in tensors:
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-    return storages
-
-
-def _tensors(root: object) -> dict[int, torch.Tensor]:
-    """Every tensor reachable from ``root`` through dicts, lists, tuples and sets, by identity."""
-    import torch
-
-    found: dict[int, torch.Tensor] = {}
-    stack = [root]
-    seen: set[int] = set()
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, torch.Tensor):
-            found[id(item)] = item
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            stack.extend(item)
-        elif hasattr(item, "_vision_features"):  # the session's feature cache
-            stack.append(vars(item))
-    return found

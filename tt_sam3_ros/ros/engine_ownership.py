@@ -59,7 +59,7 @@ class EngineOwnership:
                 "every detection and mask it publishes is MEANINGLESS (plumbing tests only)"
             )
         if request["tracker"] == "sam3":
-            from tt_sam3_ros.core.video_tracker import Sam3VideoEngine
+            from tt_sam3_ros.core.video_engine import Sam3VideoEngine
 
             return Sam3VideoEngine.from_pretrained(
                 model_id=request["model_id"],

@@ -39,7 +39,8 @@ from tt_sam3_ros.core.tracking import (
     InstanceTracker,
     TrackIdSpace,
 )
-from tt_sam3_ros.core.video_tracker import Sam3VideoEngine, keep_best
+from tt_sam3_ros.core.video_engine import Sam3VideoEngine
+from tt_sam3_ros.core.video_tracker import keep_best
 from tt_sam3_ros.engines.base import EngineError
 from tt_sam3_ros.runtime.exemplar_cache import ExemplarMemory
 from tt_sam3_ros.runtime.worker import SINGLE_CAMERA, CameraStats, FrameStats
