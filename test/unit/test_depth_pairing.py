@@ -125,6 +125,30 @@ def test_a_claimed_frame_keeps_its_depth_while_newer_colour_frames_arrive() -> N
     assert found.reason == "" and found.depth.stamp_ns == 1000 * MS
 
 
+def test_two_frames_of_one_camera_in_flight_each_keep_their_depth() -> None:
+    """With several chips, a camera's frames A and B are segmented at once: each keeps the depth
+    nearest it, though both left the short history before their answers."""
+    pairing = DepthPairing(history=2)
+    pairing.set_camera_info(info_msg())
+    for colour_ms in (1000, 1100):
+        pairing.add_depth(depth_msg(colour_ms * MS))
+        pairing.note_colour(colour_ms * MS)
+        pairing.claim(colour_ms * MS)  # another chip takes B while A is still in its engine
+    for later_ms in (1400, 1500, 1600):
+        pairing.add_depth(depth_msg(later_ms * MS))
+    for colour_ms in (1100, 1000):  # answers in any order
+        found = pairing.take(colour_ms * MS, max_skew_s=0.01)
+        assert found.reason == "" and found.depth.stamp_ns == colour_ms * MS
+
+
+def test_claims_never_taken_are_forgotten_beyond_a_bound() -> None:
+    """A frame refused or failed in the engine is claimed and never taken: its claim must not stay."""
+    pairing = DepthPairing()
+    for index in range(10 * depth_pairing.CLAIMED_COLOUR_FRAMES):
+        pairing.claim(index * MS)
+    assert len(pairing._claimed) == depth_pairing.CLAIMED_COLOUR_FRAMES
+
+
 def test_without_depth_or_camera_info_says_why() -> None:
     pairing = DepthPairing()
     assert pairing.take(5 * MS, 0.02).reason == "no depth frame received yet"

@@ -171,6 +171,23 @@ def test_with_depth_the_3d_answer_follows_the_2d_one_with_the_track_ids() -> Non
     assert camera.depth_stats.snapshot()["frames_3d"] == "1"
 
 
+def test_a_frame_without_a_3d_answer_lets_go_of_its_depth() -> None:
+    """Refused or failed in the engine with depth on: the frame's claim on its depth frame ends
+    with it (a claim holds a whole depth image)."""
+    pipeline = FramePipeline()
+    camera = pipeline.make_cameras(())[""]
+    camera.depth_pairing.add_depth(depth_frame(10 * S))
+
+    def refuse(_max_side: int) -> np.ndarray:
+        raise InputError("unsupported image encoding 'yuv422'")
+
+    failing = FixedSegmenter(fail_with=ValueError("expected 4D input (got 3D input)"))
+    for segmenter, decode, stamp in ((FixedSegmenter(), refuse, 10 * S), (failing, None, 11 * S)):
+        outputs = RecordedOutputs(depth=True)
+        pipeline.process(segmenter, camera, frame(stamp, decode=decode), SETTINGS, outputs)
+    assert camera.depth_pairing._claimed == {}
+
+
 def test_without_depth_the_frame_is_answered_in_2d_and_says_why() -> None:
     pipeline = FramePipeline()
     camera = pipeline.make_cameras(())[""]

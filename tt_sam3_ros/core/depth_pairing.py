@@ -13,8 +13,9 @@ frames arrive (drivers often publish depth a few milliseconds after colour). Its
 uses the nearest of both.
 
 Callbacks (executor threads) call ``add_depth``, ``set_camera_info`` and ``note_colour``; the
-worker calls ``claim`` when it takes a frame, then ``take`` and ``answer``; every shared field is
-guarded by one lock.
+worker calls ``claim`` when it takes a frame, then ``take`` and ``answer`` (or ``forget``, when
+the frame gets no 3D answer); every shared field is guarded by one lock. With several chips, a
+camera's frames may be claimed by two workers at once: each claim collects on its own.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from tt_sam3_ros.core.results import SegmentationResult
 DEPTH_HISTORY = 4
 #: Colour frames noted and not yet claimed by the worker: the slot's, and one racing the worker.
 PENDING_COLOUR_FRAMES = 3
+#: Colour frames claimed by a worker and not yet taken: one per chip serving the camera (its
+#: frames may run on several chips at once). A frame with no 3D answer (refused, failed) is
+#: ``forget``-ed; should one not be, beyond this many the oldest claim is dropped.
+CLAIMED_COLOUR_FRAMES = 16
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ class DepthPairing:
         self._camera_info: CameraInfoData | None = None
         # Colour frames noted but not yet claimed (the slot's, and one racing the worker).
         self._pending: dict[int, DepthFrame | None] = {}
-        self._claimed: tuple[int, DepthFrame | None] | None = None
+        # Colour frames the workers took, each collecting until its answer takes it.
+        self._claimed: dict[int, DepthFrame | None] = {}
         self._newest_unstamped: DepthFrame | None = None
 
     def add_depth(self, msg: DepthFrame) -> None:
@@ -106,9 +112,8 @@ class DepthPairing:
             self._recent.append(msg)
             for stamp, best in self._pending.items():
                 self._pending[stamp] = _nearest(stamp, [best, msg])
-            if self._claimed is not None:
-                stamp, best = self._claimed
-                self._claimed = (stamp, _nearest(stamp, [best, msg]))
+            for stamp, best in self._claimed.items():
+                self._claimed[stamp] = _nearest(stamp, [best, msg])
 
     def set_camera_info(self, msg: CameraInfoData) -> None:
         with self._lock:
@@ -125,15 +130,21 @@ class DepthPairing:
         """The worker took this colour frame: keep collecting for it until ``take``."""
         with self._lock:
             best = self._pending.pop(colour_stamp_ns, None)
-            self._claimed = (colour_stamp_ns, _nearest(colour_stamp_ns, [best, *self._recent]))
+            self._claimed[colour_stamp_ns] = _nearest(colour_stamp_ns, [best, *self._recent])
+            while len(self._claimed) > CLAIMED_COLOUR_FRAMES:
+                del self._claimed[next(iter(self._claimed))]
+
+    def forget(self, colour_stamp_ns: int) -> None:
+        """The claimed colour frame will have no 3D answer (refused, failed): stop collecting for it."""
+        with self._lock:
+            self._claimed.pop(colour_stamp_ns, None)
 
     def take(self, colour_stamp_ns: int, max_skew_s: float) -> Pairing:
         """The depth frame nearest ``colour_stamp_ns`` within ``max_skew_s``, and camera_info."""
         with self._lock:
             candidates: list[DepthFrame | None] = list(self._recent)
-            if self._claimed is not None and self._claimed[0] == colour_stamp_ns:
-                candidates.append(self._claimed[1])
-                self._claimed = None
+            if colour_stamp_ns in self._claimed:
+                candidates.append(self._claimed.pop(colour_stamp_ns))
             camera_info = self._camera_info
             unstamped = self._newest_unstamped
         best = _nearest(colour_stamp_ns, candidates)
@@ -159,7 +170,7 @@ class DepthPairing:
             self._recent.clear()
             self._camera_info = None
             self._pending.clear()
-            self._claimed = None
+            self._claimed.clear()
             self._newest_unstamped = None
 
 

@@ -236,11 +236,28 @@ class FramePipeline:
         answered, before anything of the camera's changes (exemplars kept, tracking, publishing):
         it returns when the camera's earlier frames, served on other chips, are out.
         """
+        claimed = outputs.depth and not frame.boxes
+        if claimed:
+            camera.depth_pairing.claim(frame.stamp_ns)
+        try:
+            return self._process(segmenter, camera, frame, settings, outputs, chip, wait_turn)
+        finally:
+            if claimed:  # a frame refused, failed or given up has no 3D answer to take its depth
+                camera.depth_pairing.forget(frame.stamp_ns)
+
+    def _process(
+        self,
+        segmenter: Any,
+        camera: CameraState,
+        frame: FrameInput,
+        settings: RunSettings,
+        outputs: Outputs,
+        chip: FrameStats | None,
+        wait_turn: Callable[[], None] | None,
+    ) -> FrameReport:
         started = time.monotonic()
         stats = camera.stats if chip is None else camera.stats.on_chip(chip)
         with_boxes = bool(frame.boxes)
-        if outputs.depth and not with_boxes:
-            camera.depth_pairing.claim(frame.stamp_ns)
         extra: dict[str, Any] = {}
         carried = camera.exemplars.states
         if carried:
