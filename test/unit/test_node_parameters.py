@@ -155,6 +155,33 @@ def test_devices_is_read_at_configure_because_it_opens_the_chips(sam3_node) -> N
     assert not refused.successful and "devices must be a list of strings, e.g. [0, 1]" in refused.reason
 
 
+def test_a_depth_change_while_activating_cannot_split_the_3d_topics_from_the_depth_inputs(
+    sam3_node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Activate reads READ_AT_ACTIVATE once: the 3D publishers and the depth subscriptions come
+    from the same copy even when ``depth`` changes between the two (here on every read)."""
+    node = sam3_node
+    node._cameras = node._make_cameras(("front",))
+    real = node.get_parameter
+    flips = iter([True, False] * 10)
+
+    def changing(name: str) -> Parameter:
+        if name == "depth":
+            return Parameter("depth", value=next(flips))
+        return real(name)
+
+    monkeypatch.setattr(node, "get_parameter", changing)
+    values = node._activation_values()
+    node._create_3d_publishers(bool(values["depth"]))
+    node._subscribe(values)
+    camera = node._cameras["front"]
+    topics = {subscription.topic_name for subscription in camera.subscriptions}
+    assert camera.detections_3d_pub is not None and camera.points_pub is not None
+    assert {"front/depth", "front/camera_info"} <= {topic.lstrip("/") for topic in topics}, topics
+    node._unsubscribe()
+    node._create_3d_publishers(False)
+
+
 def test_max_prompts_is_read_at_configure_because_it_sizes_the_engine() -> None:
     assert "max_prompts" in READ_AT_CONFIGURE
     assert "Read at configure" in PARAMETERS["max_prompts"][1].description

@@ -23,9 +23,7 @@ from tt_sam3_ros.core.depth_pairing import Answer3D
 from tt_sam3_ros.core.errors import InputError, printable, quoted
 from tt_sam3_ros.core.exemplars import BOX_ONLY_PROMPT, check_exemplars
 from tt_sam3_ros.ros import messages, messages_3d
-from tt_sam3_ros.ros.parameters import (
-    RELIABILITIES,
-)
+from tt_sam3_ros.ros.parameters import READ_AT_ACTIVATE, RELIABILITIES
 from tt_sam3_ros.runtime.pipeline import (
     LOG_THROTTLE_S,
     REASON_LIMIT,
@@ -186,12 +184,19 @@ class CameraTopics:
         """An input of the node's own, ``~/<camera>/<name>`` (exemplar boxes)."""
         return self.create_subscription(msg_type, f"~/{camera.topic(name)}", callback, PROMPT_BOXES_QOS)
 
-    def _subscribe(self) -> None:
-        """Subscribe with the QoS from parameters; best effort by default, which every publisher matches."""
-        reliability = RELIABILITIES[self.get_parameter("qos_reliability").value]
-        qos = QoSProfile(depth=self.get_parameter("qos_depth").value, reliability=reliability)
-        compressed = self.get_parameter("transport").value == "compressed"
-        depth = bool(self.get_parameter("depth").value)
+    def _activation_values(self) -> dict[str, Any]:
+        """The parameters read at activate (READ_AT_ACTIVATE), read once: the 3D publishers and the
+        subscriptions are both made from this copy, so a change while activating cannot leave
+        depth subscribed with no 3D publisher (or the reverse); it applies at the next activate."""
+        return {name: self.get_parameter(name).value for name in READ_AT_ACTIVATE}
+
+    def _subscribe(self, values: dict[str, Any]) -> None:
+        """Subscribe with the QoS from the activation ``values``; best effort by default, which
+        every publisher matches."""
+        reliability = RELIABILITIES[values["qos_reliability"]]
+        qos = QoSProfile(depth=values["qos_depth"], reliability=reliability)
+        compressed = values["transport"] == "compressed"
+        depth = bool(values["depth"])
         for camera in self._cameras.values():
             on_image = functools.partial(self._on_image, camera)
             if compressed:

@@ -253,11 +253,12 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
     @_transition
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Enable the publishers (the 3D ones exist only with depth on), latch LabelInfo, subscribe."""
-        self._create_3d_publishers(bool(self.get_parameter("depth").value))
+        values = self._activation_values()
+        self._create_3d_publishers(bool(values["depth"]))
         result = super().on_activate(state)
         if result != TransitionCallbackReturn.SUCCESS:
             return result
-        self._subscribe()
+        self._subscribe(values)
         self._state = "active"
         self.publish_label_info()
         if not self._settings.prompts:
