@@ -85,6 +85,11 @@ def test_every_parameter_says_what_it_does_and_its_range() -> None:
         ({"devices": [str(k) for k in range(33)]}, "devices: at most 32 chips, got 33"),
         ({"devices": ["0", "1"], "engine": "torch"}, "devices names Tenstorrent chips, which the ttnn"),
         ({"devices": ["0", "1"], "device": "0"}, "set devices or device, not both"),
+        ({"tracker": "sam3", "device": "0"}, "tracker 'sam3' runs in PyTorch: device must be cpu, cuda or"),
+        ({"tracker": "sam3", "device": "gpu"}, "got 'gpu'"),
+        ({"tracker": "sam3", "dtype": "bfloat16"}, "tracker 'sam3' runs in float32: dtype must be float32"),
+        ({"tracker": "sam3", "device": "cuda:1", "dtype": "float32"}, ""),
+        ({"tracker": "association", "device": "0"}, ""),
     ],
 )
 def test_parameter_combinations_are_checked_together(changes: dict[str, object], reason: str) -> None:

@@ -336,3 +336,25 @@ def test_bad_settings_and_prompts_are_refused(model, processor):
         tracker.set_prompts([""])
     empty = tracker(np.zeros((10, 12, 3), dtype=np.uint8))
     assert empty.instances == [] and empty.image_size == (10, 12)
+
+
+def test_without_a_device_the_tracker_goes_where_the_torch_engine_would(monkeypatch) -> None:
+    """No device: CUDA when torch sees one (here it is made to), not always the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    moved: list[str] = []
+    real_to = torch.nn.Module.to
+
+    def to(module, *args, **kwargs):
+        moved.extend(str(arg) for arg in args)
+        return real_to(module, "cpu")  # no CUDA here: record where it would go, stay on the CPU
+
+    monkeypatch.setattr(torch.nn.Module, "to", to)
+    Sam3VideoTracker.from_pretrained("tiny-random")
+    assert moved and moved[0] == "cuda"
+
+
+def test_a_chip_id_as_device_is_refused_with_the_reason() -> None:
+    from tt_sam3_ros.engines.base import EngineError
+
+    with pytest.raises(EngineError, match="runs in PyTorch: device must be cpu, cuda or cuda:N"):
+        Sam3VideoTracker.from_pretrained("tiny-random", device="0")

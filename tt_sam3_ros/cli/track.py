@@ -119,12 +119,12 @@ def _track_with_sam3(
     from tt_sam3_ros.core.video_tracker import Sam3VideoTracker, check_tracker_engine, keep_best
 
     try:
-        check_tracker_engine("sam3", args.engine)
+        check_tracker_engine("sam3", args.engine, args.device, getattr(args, "dtype", None))
         tracker = Sam3VideoTracker.from_pretrained(
             model_id=args.model,
             revision=args.revision,
             weights_dir=args.weights_dir,
-            device=args.device or "cpu",
+            device=args.device,
         )
     except BaseException:
         writer.discard()

@@ -23,7 +23,7 @@ from tt_sam3_ros.core.tracking import (
     DEFAULT_MIN_IOU,
     check_tracking_settings,
 )
-from tt_sam3_ros.core.video_tracker import SAM3_TRACKER_ENGINES, TRACKERS
+from tt_sam3_ros.core.video_tracker import SAM3_TRACKER_ENGINES, TRACKERS, sam3_tracker_problem
 from tt_sam3_ros.engines import ENGINE_NAMES, TTNN_DTYPE_NAMES, TTNN_PROMPT_PATHS
 
 #: How images arrive: sensor_msgs/Image or sensor_msgs/CompressedImage.
@@ -114,6 +114,8 @@ def invalid_values(values: dict[str, Any], prompts_required: bool = False) -> st
             f"tracker 'sam3' cannot run on the {values['engine']} engine: SAM 3's video tracker runs in "
             "PyTorch only; set engine to torch, or tracker to association"
         )
+    if values["tracker"] == "sam3" and (problem := sam3_tracker_problem(values["device"], values["dtype"])):
+        return problem
     for name, choices in (
         ("engine", ENGINE_NAMES),
         ("tracker", TRACKERS),

@@ -61,7 +61,7 @@ class Sam3VideoEngine:
         forget_after_frames: int = DEFAULT_FORGET_AFTER_FRAMES,
     ) -> Sam3VideoEngine:
         """Load the video model as ``Sam3VideoTracker.from_pretrained`` does (same errors)."""
-        loaded = Sam3VideoTracker.from_pretrained(model_id, revision, weights_dir, device=device or "cpu")
+        loaded = Sam3VideoTracker.from_pretrained(model_id, revision, weights_dir, device=device)
         return cls(
             loaded.model,
             loaded.processor,

@@ -40,6 +40,7 @@ frame store and its accounting are in ``video_session.py``.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tt_sam3_ros.core import preprocess
+from tt_sam3_ros.core.errors import quoted
 from tt_sam3_ros.core.prompts import validate_prompts
 from tt_sam3_ros.core.results import Instance, SegmentationResult
 from tt_sam3_ros.core.video_session import SessionState, StreamFrames, storage_bytes, tensors_in
@@ -61,6 +63,10 @@ LOG = logging.getLogger(__name__)
 TRACKERS = ("association", "sam3")
 #: Engines SAM 3's video tracker runs on: it needs transformers' video model in PyTorch.
 SAM3_TRACKER_ENGINES = ("auto", "torch")
+#: Devices it runs on (torch's names; empty or auto: CUDA when torch sees one, else the CPU), and
+#: its dtype: float32 only (transformers' video processor hands it float32 frames).
+SAM3_TRACKER_DEVICE = re.compile(r"(auto|cpu|cuda(:[0-9]+)?)?")
+SAM3_TRACKER_DTYPES = ("", "auto", "float32", "fp32")
 #: Frames an object may go unconfirmed by any detection before it is forgotten (10 s at 15 fps).
 DEFAULT_FORGET_AFTER_FRAMES = 150
 #: What a past frame's output keeps: what memory attention and the object pointers read.
@@ -69,12 +75,13 @@ MEMORY_KEYS = frozenset({"maskmem_features", "maskmem_pos_enc", "object_pointer"
 _TEXT_CONTEXT = 32
 
 
-def check_tracker_engine(tracker: str, engine: str) -> None:
-    """Refuse a tracker the engine cannot serve, saying why and what to do.
+def check_tracker_engine(tracker: str, engine: str, device: str | None = "", dtype: str | None = "") -> None:
+    """Refuse a tracker the engine, device or dtype cannot serve, saying why and what to do.
 
     Raises:
         EngineError: ``sam3`` on an engine other than torch (the Blackhole engine runs SAM 3's
-            detector as traced chip programs; SAM 3's memory tracker has no chip port yet).
+            detector as traced chip programs; SAM 3's memory tracker has no chip port yet), or
+            with a device or dtype its PyTorch model cannot take (``sam3_tracker_problem``).
     """
     from tt_sam3_ros.engines.base import EngineError
 
@@ -85,6 +92,24 @@ def check_tracker_engine(tracker: str, engine: str) -> None:
             f"tracker 'sam3' cannot run on the {engine} engine: SAM 3's video tracker (detector and memory "
             "tracker) runs in PyTorch only; use engine 'torch', or tracker 'association' on this engine"
         )
+    if tracker == "sam3" and (problem := sam3_tracker_problem(device, dtype)):
+        raise EngineError(problem)
+
+
+def sam3_tracker_problem(device: str | None, dtype: str | None) -> str:
+    """Why SAM 3's video tracker cannot run on ``device`` in ``dtype``; '' when it can.
+
+    A chip id (``0``) is a ttnn device: the tracker runs in PyTorch, whose devices are named.
+    """
+    device, dtype = device or "", dtype or ""
+    if not SAM3_TRACKER_DEVICE.fullmatch(device):
+        return (
+            f"tracker 'sam3' runs in PyTorch: device must be cpu, cuda or cuda:N (empty: CUDA when "
+            f"available), got {quoted(device)}"
+        )
+    if dtype not in SAM3_TRACKER_DTYPES:
+        return f"tracker 'sam3' runs in float32: dtype must be float32 or empty, got {quoted(dtype)}"
+    return ""
 
 
 def keep_best(result: SegmentationResult, threshold: float, max_instances: int) -> SegmentationResult:
@@ -143,17 +168,23 @@ class Sam3VideoTracker:
         model_id: str = "facebook/sam3",
         revision: str | None = None,
         weights_dir: str | None = None,
-        device: str = "cpu",
+        device: str | None = None,
         **options: Any,
     ) -> Sam3VideoTracker:
         """Load SAM 3's video model (detector and tracker) in the transformers format.
 
         ``model_id`` ``tiny-random`` builds the project's tiny random video model (no download).
-        ``options`` go to the constructor (``forget_after_frames``, ``max_conditioning_frames``).
+        ``device``: cpu, cuda or cuda:N; None or empty: CUDA when torch sees one, else the CPU
+        (as the torch engine chooses). ``options`` go to the constructor
+        (``forget_after_frames``, ``max_conditioning_frames``).
 
         Raises:
+            tt_sam3_ros.engines.EngineError: a device the tracker cannot run on (a chip id, CUDA
+                that torch does not see); the message says which.
             tt_sam3_ros.weights.WeightsError: the weights cannot be loaded; the message says why.
         """
+        from tt_sam3_ros.engines.base import EngineError
+        from tt_sam3_ros.engines.torch_engine import resolve_device
         from tt_sam3_ros.weights.errors import WeightsError
         from tt_sam3_ros.weights.tiny_model import (
             TINY_MODEL_ID,
@@ -161,6 +192,9 @@ class Sam3VideoTracker:
             tiny_sam3_video_processor,
         )
 
+        if problem := sam3_tracker_problem(device, None):
+            raise EngineError(problem)
+        device = str(resolve_device(device))
         if model_id == TINY_MODEL_ID and weights_dir is None:
             model = build_tiny_sam3_video()
             LOG.warning("random weights loaded (%s): outputs are meaningless", TINY_MODEL_ID)
