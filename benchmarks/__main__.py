@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import inspect
 import io
 import os
 import sys
 
-SECTIONS = ("model", "host", "stream", "tracking", "exemplar", "blackhole", "fidelity")
+#: Each section's module, in the folder of what it measures (docs/benchmarks.md, "Layout").
+MODULES = {
+    "model": "benchmarks.model.model_bench",
+    "host": "benchmarks.node.host_bench",
+    "stream": "benchmarks.node.stream_bench",
+    "tracking": "benchmarks.tracking.tracking_bench",
+    "exemplar": "benchmarks.model.exemplar_bench",
+    "blackhole": "benchmarks.blackhole.blackhole_bench",
+    "fidelity": "benchmarks.blackhole.fidelity_bench",
+}
+SECTIONS = tuple(MODULES)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -54,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from tt_sam3_ros.engines.base import EngineError
     from tt_sam3_ros.engines.torch_engine import resolve_device
 
-    from . import report, results
+    from .common import report, results
 
     try:
         resolve_device(args.device)
@@ -75,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     failures: list[str] = []
     for section in args.only or SECTIONS:
-        module = __import__(f"benchmarks.{section}_bench", fromlist=["main"])
+        module = importlib.import_module(MODULES[section])
         takes_device = "device" in inspect.signature(module.main).parameters
         if args.device != "cpu" and not takes_device:
             print(f"\n(section {section} runs on the CPU whatever --device says)")

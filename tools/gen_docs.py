@@ -215,7 +215,7 @@ def load_results(name: str) -> dict[str, Any]:
 
 def figures() -> dict[str, Callable[[], str]]:
     """Generated regions fed by benchmark results (see benchmarks/results/)."""
-    from benchmarks import figures as bench_figures
+    from benchmarks.common import figures as bench_figures
 
     return bench_figures.REGIONS
 

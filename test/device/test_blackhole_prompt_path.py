@@ -52,9 +52,10 @@ FRAME_TO_MASK_GOAL_MS = 50.0
 #: The share of the frame-to-mask goal the image trace's goal leaves the prompt trace (1 prompt).
 PROMPT_TRACE_BUDGET_MS = FRAME_TO_MASK_GOAL_MS - IMAGE_PATH_GOAL_MS
 #: Floors: the matrix FLOPs the replay issues at the p150a's peak for each op's fidelity on 120
-#: cores (benchmarks/trace_cost.py on benchmarks/prompt_trace.record("full")): 441 GFLOP, 1.92 ms
-#: for 1 prompt, 1745 GFLOP, 7.60 ms for 4, so 1.89 ms per extra prompt. Faster means the timing
-#: did not wait for the chip (or the batch did not do the work); 110 cores only raise them.
+#: cores (benchmarks/blackhole/trace_cost.py on benchmarks/blackhole/prompt_trace.record("full")):
+#: 441 GFLOP, 1.92 ms for 1 prompt, 1745 GFLOP, 7.60 ms for 4, so 1.89 ms per extra prompt. Faster
+#: means the timing did not wait for the chip (or the batch did not do the work); 110 cores only
+#: raise them.
 PROMPT_TRACE_FLOOR_MS = 1.9
 PER_PROMPT_FLOOR_MS = 1.8
 #: A frame to its mask runs both traces: it cannot beat their floors together.

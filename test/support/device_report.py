@@ -2,7 +2,7 @@
 
 test/device's conftest makes one DeviceReport per session and writes it at the end
 (``--device-report PATH``, default device_report.json); the simulator check writes one too.
-``python -m benchmarks.compare_device REPORT`` prints its latencies against both cost models.
+``python -m benchmarks.blackhole.compare_device REPORT`` prints its latencies against both cost models.
 
 What it holds (schema SCHEMA):
 - versions: ttnn's version and where it was imported from, the tt-metal commit when

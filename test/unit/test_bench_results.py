@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks import __main__ as bench_main
-from benchmarks import report, results
+from benchmarks.common import report, results
 
 
 def test_tables_are_recorded_as_printed_under_their_title(capsys) -> None:

@@ -1,4 +1,4 @@
-"""benchmarks/stream_chips.py: 8 cameras dealt across stand-in chips by the node's own ChipPool.
+"""benchmarks/node/stream_chips.py: 8 cameras dealt across stand-in chips by the node's own ChipPool.
 
 Short runs (a second or two of stand-in frames): what a reader of the tables relies on, every
 camera served and every chip used, one row per chip count and per camera, and the goal column.
@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks import report, stream_chips
+from benchmarks.common import report
+from benchmarks.node import stream_chips
 
 
 def test_every_camera_is_answered_and_every_chip_serves() -> None:

@@ -1,4 +1,4 @@
-"""The calibrated cost model (benchmarks/calibrated_cost.py): never faster than the roofline, within
+"""The calibrated cost model (benchmarks/blackhole/calibrated_cost.py): never faster than the roofline, within
 its stated band of tt-metal's measured Blackhole workloads, and each term moves a prediction."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks import calibrated_cost, trace_cost, validation
-from benchmarks import calibration as cal
+from benchmarks.blackhole import calibrated_cost, trace_cost, validation
+from benchmarks.blackhole import calibration as cal
 
 DTYPES = ("BFLOAT16", "BFLOAT8_B", "FLOAT32", "UINT8")
 LAYOUTS = ("TILE", "ROW_MAJOR")

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.compare_device REPORT`: a device run's report against both cost models.
+"""`python -m benchmarks.blackhole.compare_device REPORT`: a device run's report against both cost models.
 
 The report is made here the way a device run makes it (test/support/device_report.py), from an
 engine on the TT-NN emulator whose ttnn.group_norm is made to raise (so the report carries a
@@ -13,7 +13,7 @@ import json
 import pytest
 from device_report import LATENCY_STAGES, DeviceReport
 
-from benchmarks import compare_device
+from benchmarks.blackhole import compare_device
 
 RESULTS = {
     "meta": {

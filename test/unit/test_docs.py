@@ -355,7 +355,7 @@ def test_predicted_times_are_quoted_only_from_the_generated_figures() -> None:
 
 def test_the_readme_and_the_figures_quote_the_same_prediction() -> None:
     """The README's Blackhole speed is the frame table's 1-prompt row (one results file feeds both)."""
-    from benchmarks import figures
+    from benchmarks.common import figures
 
     prediction = figures.blackhole_prediction()
     frame = figures.find("blackhole", "per frame: upload + image trace")

@@ -19,7 +19,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from std_msgs.msg import Header
 
-from benchmarks.engines import ScriptedEngine
+from benchmarks.common.engines import ScriptedEngine
 from tt_sam3_ros.core import postprocess, preprocess
 from tt_sam3_ros.core.overlay import draw_overlay
 from tt_sam3_ros.core.results import MAX_LABELLED_INSTANCES, SegmentationResult

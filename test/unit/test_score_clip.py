@@ -1,4 +1,4 @@
-"""`python -m benchmarks.score_clip`: both tracking modes scored on a user's annotated clip."""
+"""`python -m benchmarks.tracking.score_clip`: both tracking modes scored on a user's annotated clip."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import cv2
 import pytest
 from frames import random_frame
 
-from benchmarks import score_clip
+from benchmarks.tracking import score_clip
 
 #: Two walking people (class 1) over 6 frames, one box not to score (flag 0), one car (class 3).
 BOXES = {1: (10, 20, 30, 40), 2: (100, 50, 20, 60)}

@@ -1,10 +1,12 @@
-"""benchmarks/tracker_trace.py: SAM 3's full-size tracker recorded as the op log a chip port would run."""
+"""benchmarks/tracking/tracker_trace.py: SAM 3's full-size tracker recorded as the op log a chip
+port would run."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import calibrated_cost, trace_cost, tracker_trace
+from benchmarks.blackhole import calibrated_cost, trace_cost
+from benchmarks.tracking import tracker_trace
 
 #: One memory frame more: per memory-attention layer, 5,184 queries against 5,184 more keys of
 #: width 256 (QK^T and PV), and the key and value projections of 5,184 more tokens (64 -> 256).

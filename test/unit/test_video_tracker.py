@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from frames import random_frame  # noqa: E402
 
-from benchmarks.scenes import moving_objects_clip  # noqa: E402
+from benchmarks.common.scenes import moving_objects_clip  # noqa: E402
 from tt_sam3_ros.core.errors import InputError  # noqa: E402
 from tt_sam3_ros.core.video_session import tensors_in  # noqa: E402
 from tt_sam3_ros.core.video_tracker import Sam3VideoTracker  # noqa: E402

@@ -3,7 +3,7 @@
 Runs tools/ttnn_mock/prompt_layers.py's modules (one fusion-encoder layer, one decoder layer, the
 scoring and the segmentation head's pieces; the geometry encoder's class token is per image) on
 a mock p150a with the real ttnn 0.81.1 library for each prompt count, records every call with
-the op recorder (oplog.py) and prices the log with benchmarks/trace_cost.py's roofline. Nothing
+the op recorder (oplog.py) and prices the log with benchmarks/blackhole/trace_cost.py's roofline. Nothing
 computes on the mock: the figures are the cost model's, not a chip's; they decide how prompt
 counts are bucketed (ttnn_model/prompt_buffers.py).
 
@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
-from benchmarks import trace_cost  # noqa: E402 - after the path set-up above
+from benchmarks.blackhole import trace_cost  # noqa: E402 - after the path set-up above
 from ttnn_mock import oplog, prompt_layers, toolchain  # noqa: E402
 
 #: Layers SAM 3 stacks (transformers' Sam3Config: 6 fusion-encoder and 6 decoder layers).

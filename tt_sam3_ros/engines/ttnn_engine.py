@@ -600,7 +600,7 @@ class TtnnEngine(Engine):
 
         The same bytes, reshaped without a copy: the cast, the patching into window order, the
         tilize and the normalisation all run on the chip (vit.vit_embeddings), so the host's work
-        per frame is the resize and this wrapping; benchmarks/blackhole_host.py times it.
+        per frame is the resize and this wrapping; benchmarks/blackhole/blackhole_host.py times it.
         """
         side = self.config.image_side
         if image.shape != (side, side, 3) or image.dtype != np.uint8:

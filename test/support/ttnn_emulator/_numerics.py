@@ -87,7 +87,8 @@ def quantize(values: torch.Tensor, dtype: DataType) -> torch.Tensor:
             values = torch.round(values)
         out = values.detach().to(torch.int64)
         low, high = INTEGER_RANGES[dtype]
-        # a shape-only (meta) tensor, as benchmarks/prompt_trace.py logs with, has no values to check
+        # a shape-only (meta) tensor, as benchmarks/blackhole/prompt_trace.py logs with, has no values
+        # to check
         if out.numel() and not out.is_meta and bool(((out < low) | (out > high)).any()):
             raise ValueError(f"{dtype.name.lower()} tensor given values outside [{low}, {high}]")
         return out

@@ -1,4 +1,4 @@
-"""The prompt trace's op log (benchmarks/prompt_trace.py) and its cost: op counts per stage pinned.
+"""The prompt trace's op log (benchmarks/blackhole/prompt_trace.py) and its cost: op counts per stage pinned.
 
 The prompt trace is the sequence the engine's chip prompt path replays per prompt batch
 (ChipPromptPath._forward), logged by the emulator on shape-only (torch meta) tensors, and the mask
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import prompt_trace, trace_cost
+from benchmarks.blackhole import prompt_trace, trace_cost
 from tt_sam3_ros.engines.ttnn_model.config import TILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))

@@ -1,5 +1,5 @@
 """The image trace's op count per stage (the geometry encoder's class token included), and the
-cost model that prices it (benchmarks/trace_cost.py).
+cost model that prices it (benchmarks/blackhole/trace_cost.py).
 
 The op counts are pinned: the engine's image path runs once on the emulator through the op
 recorder the mock check and the benchmark use (tools/ttnn_mock/oplog.py), and every ViT block
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import trace_cost
+from benchmarks.blackhole import trace_cost
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 from ttnn_mock import oplog
@@ -260,7 +260,7 @@ def test_calibrated_model_prices_every_op_of_the_image_path_above_its_roofline(r
     """The engine's own ops (with the options the recorder logs: fp32 accumulation, activations,
     program configs) never come out faster under the calibrated model than at the roofline, and the
     engine's compute configs carry fp32 accumulation into the attention's price."""
-    from benchmarks import calibrated_cost
+    from benchmarks.blackhole import calibrated_cost
 
     ops, *_ = recorded_forward
     for op in ops:

@@ -143,7 +143,7 @@ class DeviceSettings:
             emulator's numerics the full-size image path's FPN maps keep PCC 0.9971-0.9980
             against transformers (test_ttnn_image_path_full_size; gate 0.995); LoFi for the qkv
             and output projections as well gave 0.99499, below the gate. On full-size single
-            blocks (benchmarks/fidelity_bench.py, the engine's row) the block's output PCC is
+            blocks (benchmarks/blackhole/fidelity_bench.py, the engine's row) the block's output PCC is
             0.99938 windowed, 0.99974 global (MLP at HiFi2: 0.99949, 0.99987).
         exact_kernel: HiFi4 for the small ops that must not lose bits (RoPE, norms).
         prompt_attention_kernel: HiFi4 for the prompt path's fused attentions that are
@@ -153,7 +153,7 @@ class DeviceSettings:
             one prompt attention the cost model finds compute-bound (with the chunks below): on a
             full-size fusion-encoder layer on the emulator's fidelity model it keeps the PCC
             against transformers at 0.99995 (HiFi4: 0.99995) and moves the rms error from 0.0134
-            to 0.0137 for less modelled time (benchmarks/fidelity_bench.py; LoFi: PCC 0.99988,
+            to 0.0137 for less modelled time (benchmarks/blackhole/fidelity_bench.py; LoFi: PCC 0.99988,
             rms 0.0211: half as much error again, and no modelled time saved over HiFi2).
         fusion_mlp_hidden: bfloat8_b for the fusion encoder's (B, 5184, 2048) MLP hidden layer
             (the relu's output, written by fc1 and read by fc2 through DRAM: the layer's largest
@@ -184,9 +184,9 @@ class DeviceSettings:
             chunks, and 288 gives 2.62 query chunks per core on 110 cores (576: 1.31, a second
             round on a third of the cores); its circular buffers (778 KiB per core) fit beside q,
             k, v and the output in L1, where 576 x 192 (1,144 KiB) clashes with them on the
-            real library (benchmarks/blackhole_bench.py, tools/ttnn_mock/sdpa_chunks.py).
+            real library (benchmarks/blackhole/blackhole_bench.py, tools/ttnn_mock/sdpa_chunks.py).
         vit_attention_kernel: HiFi2: on full-size blocks on the emulator's fidelity model it costs
-            0.00003 PCC against HiFi4 (benchmarks/fidelity_bench.py), and the attention is
+            0.00003 PCC against HiFi4 (benchmarks/blackhole/fidelity_bench.py), and the attention is
             compute-bound in the cost model.
         vit_exp_approx: the SFPU's approximate exp: a further 0.00015 PCC on a windowed block,
             0.00004 on a global one, in the same measurement (its speed is SFPU work, which the

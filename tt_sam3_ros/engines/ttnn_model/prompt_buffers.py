@@ -6,7 +6,7 @@ copy_host_to_device_tensor only when the prompt set changes, never per frame, an
 captured for a prompt count's bucket the first time that bucket is needed.
 
 Why buckets, and these: a replay's cost grows with the prompts it carries, with no fixed part a
-padded batch would share. In the roofline cost model (benchmarks/trace_cost.py, full size; its
+padded batch would share. In the roofline cost model (benchmarks/blackhole/trace_cost.py, full size; its
 figures for 1, 4 and 16 prompts are in docs/figures/blackhole.md, and
 tools/ttnn_mock/prompt_batch_cost.py prices every count) a replay costs nearly the same per
 prompt at every count (the fusion encoder's self-attention over the 5184 image tokens of each

@@ -44,7 +44,7 @@ Exemplar boxes (encode_exemplars, then decode's ``exemplars``): the geometry enc
 (ROI pooling of each box's region of the layer-normed scale-1 map, the box's position and label
 terms, three layers that attend to the whole map) runs on the host, on that map read back from
 the chip on the frame the boxes were drawn on (5184 x 256 bfloat16, 2.65 MB at full size), once
-per request: exemplars are rare, and benchmarks/exemplar_bench.py prices the read and the host
+per request: exemplars are rare, and benchmarks/model/exemplar_bench.py prices the read and the host
 work against the frame. The tokens it returns go up into the prompt rows 33..63 with the prompt
 set: on the drawn frame the class token that attended to the boxes, then one token per box, with
 row 32 (this image's own class token) masked; on later frames that carry them, the box tokens

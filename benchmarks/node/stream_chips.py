@@ -28,7 +28,7 @@ import numpy as np
 from tt_sam3_ros.runtime.chips import Chip, ChipPool
 from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
-from . import figures, report
+from ..common import figures, report
 
 CAMERAS = 8
 CAMERA_RATE_HZ = 15.0
@@ -138,7 +138,7 @@ def stream(chip_count: int, frame_s: float, seconds: float, cameras: int = CAMER
         lambda device: StandInEngine(device, frame_s),
         outputs.handle_frame,
         slot,
-        logging.getLogger("benchmarks.stream_chips"),
+        logging.getLogger("benchmarks.node.stream_chips"),
     )
     pool.start()
     if not pool.wait_ready(START_TIMEOUT_S):

@@ -8,7 +8,7 @@ of SAM 3) against the same prompt without them. Medians of the repeats, millisec
 
 Predicted, for the ttnn engine's chip prompt path: the frame the boxes were drawn on reads the
 scale-1 FPN map back (ttnn_model/prompt_path.py), priced as DRAM reads at the calibrated cost
-model's page efficiency (benchmarks/calibrated_cost.py) and the PCIe link rate, the slower of the
+model's page efficiency (benchmarks/blackhole/calibrated_cost.py) and the PCIe link rate, the slower of the
 two (a floor: the driver's rate needs a chip); the geometry encoder then runs on the host (the
 full-size "drawn frame" figure of the measured table, on this machine's CPU). The prompt trace
 is the same with boxes as without (64 prompt rows either way), so a later frame carrying them
@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import calibrated_cost, report, trace_cost
+from ..blackhole import calibrated_cost, trace_cost
+from ..common import report
 
 #: The suite's helpers (random_weights: the full-size model with random weights).
-SUPPORT = Path(__file__).resolve().parents[1] / "test" / "support"
+SUPPORT = Path(__file__).resolve().parents[2] / "test" / "support"
 BOX_COUNTS = (1, 4, 16)
 REPEATS = {"tiny": 20, "full size": 3}
 QUICK_REPEATS = 3

@@ -1,9 +1,9 @@
 """A roofline cost model of the two traces: each op's FLOPs, DRAM bytes and time at p150a peaks.
 
-Input: the op log of one image-path forward, or of one prompt-trace replay (benchmarks/
-prompt_trace.py), as tools/ttnn_mock/oplog.py records it (the engine's ttnn calls with their
-tensors' shapes, dtypes, layouts, fidelity and stage), from the real library on a mock p150a or
-from the emulator. Nothing here runs an op.
+Input: the op log of one image-path forward, or of one prompt-trace replay
+(benchmarks/blackhole/prompt_trace.py), as tools/ttnn_mock/oplog.py records it (the engine's ttnn
+calls with their tensors' shapes, dtypes, layouts, fidelity and stage), from the real library on a
+mock p150a or from the emulator. Nothing here runs an op.
 
 Per op: time = max(FLOPs / matrix peak at its fidelity, DRAM bytes / DRAM bandwidth). The
 peaks are the p150a figures of docs/design/facts.md for 120 cores; `cores` scales the matrix peak to the grid
@@ -279,7 +279,8 @@ STAGE_ORDER = (
     "FPN neck",
     "geometry class token",
 )
-#: The prompt trace's stages in replay order, then the mask read after it (benchmarks/prompt_trace.py).
+#: The prompt trace's stages in replay order, then the mask read after it
+#: (benchmarks/blackhole/prompt_trace.py).
 PROMPT_STAGE_ORDER = (
     "between modules",
     "fusion encoder layers",

@@ -12,7 +12,7 @@ table therefore also compares against the reference called with the padded box (
 documented vision-embedding reuse path), where the difference is float rounding only.
 
 That table is the CPU's. With ``--device cuda`` (and with ``--quick`` on the CPU too) the
-section runs the latency check in benchmarks/model_latency.py: stages, 1/4/16 prompts,
+section runs the latency check in benchmarks/model/model_latency.py: stages, 1/4/16 prompts,
 eager vs compiled, beside the documented usage in the same dtype.
 """
 
@@ -28,8 +28,8 @@ import torch
 
 from tt_sam3_ros.engines.base import MASK_SIDE
 
-from . import report, scenes
-from .engines import RecordingEngine
+from ..common import report, scenes
+from ..common.engines import RecordingEngine
 
 #: Source image side of the full run: the model's own input size, so no resize blurs the comparison.
 FULL_IMAGE_SIDE = 1008
@@ -239,7 +239,7 @@ def main(quick: bool, device: str = "cpu") -> list[str]:
 
     On the CPU: the comparison table below (fp32 reference, ours fp32 and bf16), as the README
     reports it. On CUDA, and with ``--quick`` everywhere: the latency check
-    (benchmarks/model_latency.py), so the GPU check runs on the CPU in every ``make test``.
+    (benchmarks/model/model_latency.py), so the GPU check runs on the CPU in every ``make test``.
     """
     from tt_sam3_ros.engines.torch_engine import resolve_device
 

@@ -1,7 +1,7 @@
 """tt-metal's measured Blackhole workloads as op lists, to check the calibrated model against.
 
 Each workload is the op sequence its tt-metal model code issues, written from that code's
-structure (benchmarks/calibration.py names the files), in the op-log format of
+structure (benchmarks/blackhole/calibration.py names the files), in the op-log format of
 tools/ttnn_mock/oplog.py, with the grid each op runs on where the code sets one (`cores`):
 - the high-resolution ViT encoder (HIRES_VIT_MODEL): 12 layers at batch 1; per layer two sharded
   layer norms, four linears with program configs (bias and GELU fused), the QKV split into

@@ -1,4 +1,5 @@
-"""`python -m benchmarks.compare_device REPORT [--results FILE]`: measured latencies against both cost models.
+"""`python -m benchmarks.blackhole.compare_device REPORT [--results FILE]`: measured latencies against
+both cost models.
 
 REPORT is the JSON a device run writes (test/device, `--device-report`; the simulator check writes
 one too; test/support/device_report.py describes it). For each stage the models price (the image
@@ -20,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import report
+from ..common import report
 
-DEFAULT_RESULTS = Path(__file__).resolve().parent / "results" / "blackhole.json"
+DEFAULT_RESULTS = Path(__file__).resolve().parents[1] / "results" / "blackhole.json"
 #: The report's stages the models price, as test/support/device_report.LATENCY_STAGES names them.
 STAGES = ("image trace", "prompt trace, 1 prompt", "prompt trace, 4 prompts", "frame to mask, 1 prompt")
 #: Where the blackhole section's tables keep each prediction: table title prefix, the row's first
@@ -150,7 +151,7 @@ def print_comparison(device_report: dict[str, Any], results: dict[str, Any], res
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.compare_device", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.blackhole.compare_device", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("report", type=Path, help="the device run's JSON report")
     parser.add_argument(

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks --only SECTION --results benchmarks/results`` writes
 benchmarks/results/<section>.json; tools/gen_docs.py renders the docs' figures from those files
-(benchmarks/figures.py), so a figure quoted anywhere has one source.
+(benchmarks/common/figures.py), so a figure quoted anywhere has one source.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from . import report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def commit() -> str:

@@ -3,7 +3,7 @@
 Every figure below is read from a file or an issue of tenstorrent/tt-metal (the `source` of its
 entry names it: a path in that repository or an issue number); a few are derived from those
 figures by the arithmetic their `note` states. Nothing here was measured on a chip by this
-project. benchmarks/calibrated_cost.py turns them into per-op times; `python -m benchmarks
+project. benchmarks/blackhole/calibrated_cost.py turns them into per-op times; `python -m benchmarks
 --only blackhole` prints this table (print_facts) beside the predictions.
 """
 

@@ -11,7 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from . import calibrated_cost, prompt_trace, report, trace_cost, validation
+from ..common import report
+from . import calibrated_cost, prompt_trace, trace_cost, validation
 from . import calibration as cal
 
 
@@ -21,7 +22,7 @@ def _ms(seconds: float) -> str:
 
 def print_facts() -> None:
     """Every figure the calibrated model uses, with its source."""
-    report.title("calibration: what tt-metal measures on Blackhole (benchmarks/calibration.py)")
+    report.title("calibration: what tt-metal measures on Blackhole (benchmarks/blackhole/calibration.py)")
     rows = [[f.name, f"{f.value:g}", f.unit, f.source] for f in cal.facts()]
     report.table(["fact", "value", "unit", "source (paths and issues: tenstorrent/tt-metal)"], rows)
     lofi = {(m, k, n): u for m, k, n, u in cal.MATMUL_11X10_LOFI}
@@ -99,9 +100,9 @@ def print_validation() -> list[str]:
         ["workload", "ops", "measured as", "measured ms", "calibrated ms", "error", "roofline ms"], rows
     )
     print(
-        "op lists: benchmarks/validation.py, from the structure of each model's Blackhole code; its "
-        "matmuls pass no compute config and run at ttnn's default, LoFi; the device-kernel figure is "
-        "priced without the gap between ops"
+        "op lists: benchmarks/blackhole/validation.py, from the structure of each model's Blackhole "
+        "code; its matmuls pass no compute config and run at ttnn's default, LoFi; the device-kernel "
+        "figure is priced without the gap between ops"
     )
     return outside
 

@@ -1,6 +1,6 @@
 """Stream section: frames at 30 Hz into the real node, whose model is slower than the frame period.
 
-The node runs in its own process (benchmarks.slow_node: the tiny random model plus a fixed
+The node runs in its own process (benchmarks.node.slow_node: the tiny random model plus a fixed
 sleep per image). This process plays the camera, publishing rgb8 frames stamped with the
 time of publishing, and a consumer: output age is the arrival time of each Detection2DArray
 minus its stamp, which the node copies from the input frame. A node that queued frames
@@ -8,7 +8,7 @@ would show ages growing frame after frame; one that keeps only the newest frame 
 ages of about one model latency plus up to one frame period, and counts the frames it drops.
 
 Then several cameras into one node (``cameras``): 1 and 3 cameras at 30 Hz each, side by side.
-Last, several chips (benchmarks/stream_chips.py): 8 cameras at 15 Hz dealt across 1, 2 and 4
+Last, several chips (benchmarks/node/stream_chips.py): 8 cameras at 15 Hz dealt across 1, 2 and 4
 stand-in chips by the node's own dealing code, without ROS.
 Each camera's output rate is one over the mean interval between its outputs (so a count cut
 off mid-round does not skew it); fairness is the slowest camera's rate over the fastest's
@@ -28,7 +28,8 @@ from typing import IO
 
 import numpy as np
 
-from . import report, scenes, stream_chips
+from ..common import report, scenes
+from . import stream_chips
 
 FRAME_RATE_HZ = 30.0
 FRAMES = 100
@@ -58,7 +59,7 @@ def start_node(extra_seconds: float, log: IO[str], *extra: str) -> subprocess.Po
     Its output goes to ``log``, a file: a pipe nobody reads while frames flow could fill and block it.
     """
     args = [
-        sys.executable, "-m", "benchmarks.slow_node", str(extra_seconds), "--ros-args",
+        sys.executable, "-m", "benchmarks.node.slow_node", str(extra_seconds), "--ros-args",
         "-p", "model_id:=tiny-random", "-p", "engine:=torch", "-p", "device:=cpu",
         "-p", "dtype:=float32", "-p", "prompts:=['car']", "-p", "publish_overlay:=false", *extra,
     ]  # fmt: skip

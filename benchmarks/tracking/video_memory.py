@@ -1,7 +1,7 @@
 """Memory of a long live stream through SAM 3's video tracker, with the tiny video model.
 
-    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.video_memory --frames 10000
-    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.video_memory --frames 200 --unbounded
+    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.tracking.video_memory --frames 10000
+    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.tracking.video_memory --frames 200 --unbounded
 
 Streams a clip of discs entering, crossing and leaving (looped) through ``Sam3VideoTracker``
 frame by frame, the detector blinded on 12 frames of every 30 (no detection, as when the objects
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from benchmarks.scenes import moving_objects_clip
+    from benchmarks.common.scenes import moving_objects_clip
     from tt_sam3_ros.core.video_session import tensors_in
     from tt_sam3_ros.core.video_tracker import Sam3VideoTracker
     from tt_sam3_ros.weights.tiny_model import (

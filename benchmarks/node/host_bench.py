@@ -27,8 +27,8 @@ import torch
 from tt_sam3_ros.core import depth
 from tt_sam3_ros.core.segmenter import Sam3Segmenter
 
-from . import report, scenes
-from .engines import CannedEngine
+from ..common import report, scenes
+from ..common.engines import CannedEngine
 
 FULL = {"size": (1080, 1920), "instances": 20, "repeats": 30}
 QUICK = {"size": (480, 640), "instances": 5, "repeats": 3}

@@ -1,8 +1,9 @@
 """Score both tracking modes on your own annotated clip: IDF1, MOTA and ID switches against ground truth.
 
-    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.score_clip MOT17-04/img1 --gt MOT17-04/gt/gt.txt \\
-        --prompt person --class 1 --out scores
-    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.score_clip street.mp4 --gt street_gt.txt --prompt car
+    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.tracking.score_clip MOT17-04/img1 \\
+        --gt MOT17-04/gt/gt.txt --prompt person --class 1 --out scores
+    PYTHONPATH=$PWD .venv/bin/python -m benchmarks.tracking.score_clip street.mp4 \\
+        --gt street_gt.txt --prompt car
 
 The clip runs through both of the node's tracking modes with the same weights (facebook/sam3 by
 default, or --model / --weights-dir, as `tt-sam3 track` takes them): ``association`` (the detector
@@ -132,7 +133,7 @@ def score(
     """py-motmetrics' figures of one mode's outputs (one list per frame) against the truth."""
     import motmetrics as mm
 
-    from benchmarks.tracking_bench import distances
+    from benchmarks.tracking.tracking_bench import distances
 
     accumulator = mm.MOTAccumulator(auto_id=True)
     for index, found in enumerate(outputs):
@@ -156,7 +157,7 @@ def write_mot(path: Path, outputs: list[list[tuple[int, tuple[float, float, floa
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.score_clip", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.tracking.score_clip", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("clip", type=Path, help="a video file, or a folder of pictures (MOTChallenge img1/)")
     parser.add_argument("--gt", type=Path, required=True, help="MOTChallenge ground truth (gt.txt)")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: Prompt counts the cost model predicts a frame for.
 PROMPT_COUNTS = (1, 4, 16)
 #: Text tokens per prompt (the CLIP context).

@@ -1,6 +1,6 @@
 """The real /sam3 node, its engine slowed by a fixed sleep per image: a model slower than 30 Hz.
 
-    python -m benchmarks.slow_node SECONDS --ros-args -p model_id:=tiny-random ...
+    python -m benchmarks.node.slow_node SECONDS --ros-args -p model_id:=tiny-random ...
 
 Everything but the engine is the node's own code (main, lifecycle, newest-frame worker,
 publishers, diagnostics). The slowdown is injected by wrapping the segmenter's engine as
@@ -15,7 +15,7 @@ from typing import Any
 from tt_sam3_ros.ros import main as process
 from tt_sam3_ros.ros import node
 
-from .engines import SlowEngine
+from ..common.engines import SlowEngine
 
 
 def slow_down(extra_seconds: float) -> None:

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def load(section: str) -> dict[str, Any]:
@@ -52,16 +52,16 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-PREDICTED = "Predicted by the roofline cost model (benchmarks/trace_cost.py), not measured:"
+PREDICTED = "Predicted by the roofline cost model (benchmarks/blackhole/trace_cost.py), not measured:"
 SIZED = "Sized by the real ttnn 0.81.1 library on a mock p150a (nothing computes):"
-CALIBRATED = "Predicted by the calibrated cost model (benchmarks/calibrated_cost.py), not measured:"
+CALIBRATED = "Predicted by the calibrated cost model (benchmarks/blackhole/calibrated_cost.py), not measured:"
 STAND_IN = (
     "Measured with a stand-in engine per chip that holds it for the calibrated cost model's "
-    "per-frame prediction (benchmarks/stream_chips.py; no chip, no ROS):"
+    "per-frame prediction (benchmarks/node/stream_chips.py; no chip, no ROS):"
 )
 VALIDATED = (
     "The calibrated cost model against tt-metal's published Blackhole measurements "
-    "(benchmarks/validation.py):"
+    "(benchmarks/blackhole/validation.py):"
 )
 
 
@@ -116,9 +116,9 @@ def blackhole_summary() -> str:
     return (
         f"Not measured on a chip. For a frame with one prompt on the chip prompt path, the cost models "
         f"predict {p['calibrated_frame_ms']:.1f} ms of device time with tt-metal's measured efficiencies "
-        f"(`benchmarks/calibrated_cost.py`; image trace {p['calibrated_image_ms']:.1f} ms, "
+        f"(`benchmarks/blackhole/calibrated_cost.py`; image trace {p['calibrated_image_ms']:.1f} ms, "
         f"{p['calibrated_extra_prompt_ms']:.1f} ms per extra prompt) and {p['frame_ms']:.1f} ms at the "
-        f"chip's peak (the roofline of `benchmarks/trace_cost.py`, a floor; image trace "
+        f"chip's peak (the roofline of `benchmarks/blackhole/trace_cost.py`, a floor; image trace "
         f"{p['image_ms']:.1f} ms, {p['extra_prompt_ms']:.1f} ms per extra prompt): predictions, not "
         f"measurements ({meta['date']}, commit {meta['commit']}; [figures](figures/blackhole.md))."
     )

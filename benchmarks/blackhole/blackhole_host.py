@@ -12,7 +12,7 @@ are timed with the real ttnn wheel in .venv-ttnn (CPython 3.12, no torch: it get
 the same bytes); the resize, normalise and patchify run here. Upload staging is the host tensor
 the wheel builds; the copy itself is the driver's and needs a chip. Each figure is the median of
 several calls after a warm-up call. Printed by `python -m benchmarks --only blackhole`
-(blackhole_bench calls print_host_table) or `python -m benchmarks.blackhole_host`.
+(blackhole_bench calls print_host_table) or `python -m benchmarks.blackhole.blackhole_host`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from . import report
+from ..common import report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The interpreter with the real ttnn wheel: this one where it imports ttnn (the ubuntu24.04 row),
 #: else a .venv-ttnn made by hand.
 TTNN_PYTHON = (

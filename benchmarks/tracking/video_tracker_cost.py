@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import report
+from ..common import report
 
 PROMPTS = ("car", "person")
 #: Hooked modules of a Sam3VideoModel, by the stage they count for.
@@ -181,7 +181,7 @@ def _row(name: str, costs: list[FrameCost]) -> list[object]:
 
 
 def tiny_table(quick: bool) -> None:
-    from benchmarks.scenes import moving_objects_clip
+    from benchmarks.common.scenes import moving_objects_clip
     from tt_sam3_ros.core.video_tracker import Sam3VideoTracker
     from tt_sam3_ros.weights.tiny_model import (
         TINY_VIDEO_SIDE,
@@ -251,7 +251,7 @@ def full_size_model(objects: int) -> Any:
 
 
 def full_size_tables(quick: bool) -> None:
-    from benchmarks.scenes import moving_objects_clip
+    from benchmarks.common.scenes import moving_objects_clip
     from tt_sam3_ros.core.video_tracker import Sam3VideoTracker
 
     if quick:

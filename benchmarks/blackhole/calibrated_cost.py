@@ -1,7 +1,7 @@
 """A calibrated cost model beside the roofline: each op at the efficiency tt-metal measures on
-Blackhole for its class and shape (benchmarks/calibration.py holds the figures and their sources).
+Blackhole for its class and shape (benchmarks/blackhole/calibration.py holds the figures and their sources).
 
-Same op logs as benchmarks/trace_cost.py (the roofline), same FLOP and DRAM-byte counts; what
+Same op logs as benchmarks/blackhole/trace_cost.py (the roofline), same FLOP and DRAM-byte counts; what
 changes, term by term (each can be switched off, `TERMS`, to see what it moves):
 - grid: the matrix peak of the cores the op runs on: an op's own `cores` when its log names
   them (the validation workloads' explicit grids), else the device grid (110 by default, the

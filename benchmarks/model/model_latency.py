@@ -36,7 +36,7 @@ import torch
 
 from tt_sam3_ros.engines.base import MASK_SIDE
 
-from . import report, scenes
+from ..common import report, scenes
 
 #: Prompt counts of every latency row: one, a few, and the most a call accepts.
 PROMPT_COUNTS = (1, 4, 16)

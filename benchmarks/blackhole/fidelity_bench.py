@@ -9,7 +9,7 @@ approximate exp and gelu) block by block, each block fed transformers' own float
 candidate setting and once at the engine's own (its DeviceSettings as they are). Printed per
 candidate and block: PCC against transformers in float32 of the block's output and of its update
 (output - input, which the residual stream cannot hide), and the block's modelled time
-(benchmarks/trace_cost.py on the ops it ran, at the engine's chunk sizes).
+(benchmarks/blackhole/trace_cost.py on the ops it ran, at the engine's chunk sizes).
 
 The prompt path's table: SAM 3's full-size fusion-encoder layer (width 256, 8 heads of 32, MLP
 2048, 72x72 image tokens attending to themselves and to 33 prompt tokens in 64 rows), random
@@ -32,9 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import report, trace_cost
+from ..common import report
+from . import trace_cost
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: (label, attention fidelity, approximate exp, fidelity of the qkv and output projections, fidelity
 #: of the MLP's fc1 and fc2); the first row is the setting before this measurement. The engine's own

@@ -5,8 +5,8 @@ is no op log of it to price. This module makes one from transformers' own module
 size (``Sam3VideoConfig()``): it runs memory attention, the tracker's mask decoder, the memory
 encoder and the object-pointer projection once on meta tensors (no memory, no arithmetic) and
 records every torch call they make as the ttnn op a direct port would issue, in the op-log format
-of tools/ttnn_mock/oplog.py, which benchmarks/trace_cost.py (roofline) and
-benchmarks/calibrated_cost.py (calibrated model) price:
+of tools/ttnn_mock/oplog.py, which benchmarks/blackhole/trace_cost.py (roofline) and
+benchmarks/blackhole/calibrated_cost.py (calibrated model) price:
 
 - ``F.linear`` -> ``linear``; ``matmul``/``bmm``/``@`` -> ``matmul``; ``conv2d`` and
   ``conv_transpose2d`` -> ``conv2d`` (per-group input channels; a transposed convolution at its
@@ -307,7 +307,7 @@ class StagePrice:
 
 def price_stages(ops: list[dict[str, Any]], torch_flops: dict[str, float]) -> list[StagePrice]:
     """Per stage: ops, matrix FLOPs (op log, tile-padded; torch's count), roofline and calibrated ms."""
-    from . import calibrated_cost, trace_cost
+    from ..blackhole import calibrated_cost, trace_cost
 
     by_stage: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for op in ops:
@@ -333,7 +333,7 @@ def per_object_ms(memory_frames: int = 7) -> float:
 
 def chip_table() -> None:
     """The tracker trace per object, priced by stage, with a full memory and with 1 memory frame."""
-    from . import report
+    from ..common import report
 
     rows = []
     totals = {}
@@ -368,7 +368,8 @@ def chip_table() -> None:
     print(
         "prediction, not a measurement: SAM 3's full-size tracker (Sam3VideoConfig()) per object and "
         "frame as a direct port would run it (one ttnn op per torch call of transformers' modules, "
-        f"bfloat16 in DRAM, HiFi2, fused attention in {CHUNK}x{CHUNK} chunks; benchmarks/tracker_trace.py), "
+        f"bfloat16 in DRAM, HiFi2, fused attention in {CHUNK}x{CHUNK} chunks; "
+        "benchmarks/tracking/tracker_trace.py), "
         "priced by the calibrated cost model and the roofline; memory frames: spatial memories memory "
         "attention reads (7 once an object has been tracked 6 frames), with 16 object pointers; GFLOP: "
         "matrix work of the op log (tile-padded) "

@@ -41,7 +41,7 @@ import numpy as np
 from tt_sam3_ros.core.results import Instance, SegmentationResult
 from tt_sam3_ros.core.tracking import DEFAULT_MAX_AGE_FRAMES, InstanceTracker
 
-from . import report
+from ..common import report
 
 PROMPTS = ("car", "person", "dog")
 FPS = 15.0

@@ -1,10 +1,10 @@
 """Blackhole section: host work per frame, the image path on a mock p150a (real ttnn 0.81.1, no
 card) and its cost model.
 
-First the host table (benchmarks/blackhole_host.py: host work per frame, today's input path beside
+First the host table (benchmarks/blackhole/blackhole_host.py: host work per frame, today's input path beside
 a uint8 upload, with the wheel's own conversions).
 
-Then the calibrated cost model's ground (benchmarks/calibration_report.py): the figures tt-metal
+Then the calibrated cost model's ground (benchmarks/blackhole/calibration_report.py): the figures tt-metal
 publishes for Blackhole with their sources, and the model's predictions for tt-metal's measured
 workloads beside those measurements. After the roofline tables below, the same traces and the frame
 priced by the calibrated model, and the op groups that cost the most by it.
@@ -15,10 +15,10 @@ Tables from one forward of the engine's image path, run by tools/ttnn_mock/image
   dataflow buffers, their peak total), beside the 1,428,352 B L1 bank; buffers made before a
   stage (weights, the stage's input) are not counted in it; then the ops whose own peak comes
   nearest the bank;
-- the roofline cost model of the same forward (benchmarks/trace_cost.py): FLOPs, DRAM bytes
+- the roofline cost model of the same forward (benchmarks/blackhole/trace_cost.py): FLOPs, DRAM bytes
   and time at p150a peaks per stage and for the frame, beside the ViT's physical floor and
   the 40 ms goal, and the ops that take the most modelled time;
-- the prompt trace beside it (benchmarks/prompt_trace.py: the sequence the engine's chip prompt
+- the prompt trace beside it (benchmarks/blackhole/prompt_trace.py: the sequence the engine's chip prompt
   path replays per prompt batch, and its mask read after the replay, logged by the strict
   emulator on shape-only tensors for 1, 4 and 16 prompts), per stage and per trace, and the
   predicted device time per frame for 1, 4 and 16 prompts against the goals;
@@ -43,9 +43,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import blackhole_host, calibration_report, prompt_trace, report, trace_cost
+from ..common import report
+from . import blackhole_host, calibration_report, prompt_trace, trace_cost
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The interpreter with the real ttnn wheel: this one where it imports ttnn (the ubuntu24.04 row),
 #: else a .venv-ttnn made by hand.
 TTNN_PYTHON = (
@@ -362,8 +363,8 @@ def print_two_traces(image_ops: list[dict[str, Any]], quick: bool) -> dict[int, 
     rows.append(["prompt trace (replay)", "", replay_ops, *(_ms(totals[p]["trace"]) for p in counts)])
     report.table(["stage", "blocks", "ops", *(f"P={p} ms" for p in counts)], rows)
     print(
-        "the sequence ChipPromptPath replays (benchmarks/prompt_trace.py), ops at P=1 (each stage issues "
-        "as many for every P); the top-k keeps k = "
+        "the sequence ChipPromptPath replays (benchmarks/blackhole/prompt_trace.py), ops at P=1 "
+        "(each stage issues as many for every P); the top-k keeps k = "
         f"{prompt_trace.kept(shapes)} queries per prompt (the engine's default); the mask read runs after "
         "the replay, outside the trace, on those k rows; nothing of the prompt path is left unported"
     )
