@@ -1,10 +1,13 @@
 """Side-by-side speed measurements: `make bench` (or `python -m benchmarks`).
 
-Three sections, each printing the machine it ran on:
+Each section prints the machine it ran on; its module lives in the folder of what it measures
+(docs/benchmarks.md, "Layout"):
 
-- ``model``:  our torch engine vs transformers' documented SAM 3 usage, with output agreement;
-- ``host``:   everything our code does per frame besides the model, vs a naive full upsample;
-- ``stream``: the node fed at 30 Hz by a model slower than the frame period: output age, drops.
+- ``model/``:     the model on the CPU or a GPU (sections ``model``, ``exemplar``);
+- ``node/``:      the node and its streams (``host``, ``stream``);
+- ``blackhole/``: the Blackhole cost models and their calibration (``blackhole``, ``fidelity``);
+- ``tracking/``:  identities against ground truth and the trackers' cost (``tracking``);
+- ``common/``:    what they share: printing, results, the docs' figures, scenes, engine stand-ins.
 
 ``--quick`` runs every section on the tiny random model and small images: a smoke run for
 ``make test``, whose numbers say nothing about speed.
