@@ -21,7 +21,7 @@ from pathlib import Path
 
 #: "path::test_name" (path relative to the repository) -> why not raising is the whole check.
 ALLOWED: dict[str, str] = {
-    "test/unit/test_depth.py::test_no_binning_and_the_full_image_as_roi_are_accepted": (
+    "test/unit/test_camera_model.py::test_no_binning_and_the_full_image_as_roi_are_accepted": (
         "the accepted calibrations: constructing the camera without an InputError is the behaviour"
     ),
     "test/unit/test_docs.py::test_python_examples_run": (
