@@ -16,6 +16,7 @@ PYTHON_MODULES = {
     "python3-opencv": "cv2",
     "python3-pil": "PIL",
     "python3-scipy": "scipy",
+    "python3-yaml": "yaml",
 }
 #: Declared and used, though not imported under their own name.
 USED_WITHOUT_AN_IMPORT = {
@@ -50,6 +51,15 @@ def test_every_declared_run_time_dependency_is_used() -> None:
         if key not in USED_WITHOUT_AN_IMPORT and PYTHON_MODULES.get(key, key) not in imported
     ]
     assert unused == []
+
+
+def test_every_library_the_distribution_provides_and_the_code_imports_is_declared() -> None:
+    """The README's workspace install takes numpy, OpenCV, Pillow, SciPy and PyYAML from the
+    distribution (rosdep): each one the package or its launch file imports must be declared."""
+    imported = imported_modules()
+    declared = set(exec_depends())
+    missing = [key for key, module in PYTHON_MODULES.items() if module in imported and key not in declared]
+    assert missing == []
 
 
 def test_libraries_that_pip_provides_are_not_declared_to_rosdep() -> None:

@@ -64,7 +64,8 @@ ESTIMATE_SAMPLES = 512
 EXTENT_PERCENTILES = (0.5, 99.5)
 SAMPLED_EXTENT_PERCENTILES = (0.1, 99.9)
 
-#: One point of the labelled cloud: x, y, z in metres (float32) and the instance's mask value.
+#: One point of the labelled cloud: x, y, z in metres (float32) and its instance: the mask value
+#: here, the detection's id once ``depth_pairing.answer`` has mapped it.
 POINT_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("instance", "<u4")])
 
 

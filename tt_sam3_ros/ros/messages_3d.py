@@ -11,7 +11,8 @@ is an integer scale of it): P[:3, :3] when P is set (rectified images), K otherw
 no region of interest.
 
 Out: one vision_msgs/Detection3D per 2D detection with enough depth (same id and hypotheses),
-and a PointCloud2 of x, y, z (float32, metres) plus ``instance`` (uint32, the mask value).
+and a PointCloud2 of x, y, z (float32, metres) plus ``instance`` (uint32, the detection's id:
+the track id while tracking, as Detection3D.id).
 """
 
 from __future__ import annotations
