@@ -363,3 +363,26 @@ def test_the_readme_and_the_figures_quote_the_same_prediction() -> None:
     assert f"predicted {prediction['calibrated_frame_ms']:.1f} ms" in readme
     assert f"{prediction['frame_ms']:.1f} ms at the chip's peak" in readme
     assert frame["rows"][0][0] == "1" and float(frame["rows"][0][5]) == pytest.approx(prediction["frame_ms"])
+
+
+def test_the_readmes_consumer_resolves_a_frame_begun_before_a_prompt_change() -> None:
+    """The README's example, run on messages: a frame with the class id of a prompt the newest
+    LabelInfo no longer lists (it was begun before the change) still resolves to its prompt."""
+    msg = pytest.importorskip("vision_msgs.msg")
+    from sensor_msgs.msg import Image
+
+    pattern = r"```python\n(import numpy as np\n.*?def instances.*?)```"
+    code = re.search(pattern, README.read_text(), re.DOTALL)
+    assert code, "the README's consumer example is gone"
+    example: dict[str, object] = {}
+    exec(compile(code.group(1), "README.md", "exec"), example)  # the README's own code
+    for class_id, name in ((0, "car"), (1, "bus")):  # prompts ['car'], then ['bus']
+        entry = msg.VisionClass(class_id=class_id, class_name=name)
+        example["on_label_info"](msg.LabelInfo(class_map=[entry]))
+    hypothesis = msg.ObjectHypothesisWithPose()
+    hypothesis.hypothesis.class_id, hypothesis.hypothesis.score = "0", 0.9
+    detections = msg.Detection2DArray(detections=[msg.Detection2D(id="7", results=[hypothesis])])
+    mask = Image(height=2, width=2, step=2, encoding="mono8", data=bytes([0, 1, 1, 0]))
+    ((track_id, prompt, score, pixels),) = example["instances"](detections, mask)
+    assert (track_id, prompt, score) == ("7", "car", pytest.approx(0.9))
+    assert pixels.tolist() == [[False, True], [True, False]]
