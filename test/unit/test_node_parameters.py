@@ -187,6 +187,22 @@ def test_a_depth_change_while_activating_cannot_split_the_3d_topics_from_the_dep
     node._create_3d_publishers(False)
 
 
+def test_activate_is_refused_when_no_engine_serves(sam3_node) -> None:
+    """Every chip lost since configure (the engine-lost path could not run): activate fails and
+    says what to do, instead of an active node that drops every frame."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    class NoneServing:
+        serving = ()
+
+    sam3_node._chips = NoneServing()
+    try:
+        assert sam3_node.on_activate(None) == TransitionCallbackReturn.FAILURE
+    finally:
+        sam3_node._chips = None
+    assert sam3_node._state != "active"
+
+
 def test_max_prompts_is_read_at_configure_because_it_sizes_the_engine() -> None:
     assert "max_prompts" in READ_AT_CONFIGURE
     assert "Read at configure" in PARAMETERS["max_prompts"][1].description

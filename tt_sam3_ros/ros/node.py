@@ -252,7 +252,17 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
 
     @_transition
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Enable the publishers (the 3D ones exist only with depth on), latch LabelInfo, subscribe."""
+        """Enable the publishers (the 3D ones exist only with depth on), latch LabelInfo, subscribe.
+
+        FAILURE (the node stays inactive) when no chip serves: every engine was lost since
+        configure, and an active node would drop every frame."""
+        chips = self._chips
+        if chips is None or not chips.serving:
+            self.get_logger().error(
+                "cannot activate: no engine serves (lost since configure); ros2 lifecycle set "
+                f"{self.get_fully_qualified_name()} cleanup, then configure, activate"
+            )
+            return TransitionCallbackReturn.FAILURE
         values = self._activation_values()
         self._create_3d_publishers(bool(values["depth"]))
         result = super().on_activate(state)
