@@ -183,8 +183,7 @@ class Sam3VideoTracker:
                 that torch does not see); the message says which.
             tt_sam3_ros.weights.WeightsError: the weights cannot be loaded; the message says why.
         """
-        from tt_sam3_ros.engines.base import EngineError
-        from tt_sam3_ros.engines.torch_engine import resolve_device
+        from tt_sam3_ros.engines import EngineError, torch_device
         from tt_sam3_ros.weights.errors import WeightsError
         from tt_sam3_ros.weights.tiny_model import (
             TINY_MODEL_ID,
@@ -194,7 +193,7 @@ class Sam3VideoTracker:
 
         if problem := sam3_tracker_problem(device, None):
             raise EngineError(problem)
-        device = str(resolve_device(device))
+        device = str(torch_device(device))
         if model_id == TINY_MODEL_ID and weights_dir is None:
             model = build_tiny_sam3_video()
             LOG.warning("random weights loaded (%s): outputs are meaningless", TINY_MODEL_ID)

@@ -44,6 +44,7 @@ __all__ = [
     "choose_engine",
     "create_engine",
     "is_chip_id",
+    "torch_device",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -184,3 +185,16 @@ def create_engine(
     from tt_sam3_ros.engines.torch_engine import TorchEngine
 
     return TorchEngine(model, tokenizer, device=device, dtype=dtype)
+
+
+def torch_device(device: str | None) -> Any:
+    """The torch device the torch engine runs on for ``device``: cpu, cuda or cuda:N; None, ''
+    or 'auto': CUDA when torch sees one, else the CPU. For what runs in PyTorch beside the
+    engines (SAM 3's video tracker), so that it goes where the torch engine would.
+
+    Raises:
+        EngineError: CUDA requested and torch sees none.
+    """
+    from tt_sam3_ros.engines.torch_engine import resolve_device
+
+    return resolve_device(device)
