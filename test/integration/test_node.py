@@ -347,7 +347,11 @@ def test_with_depth_off_only_the_2d_outputs_are_advertised(sam3: Sam3Client) -> 
     outputs = {"/sam3/detections", "/sam3/masks", "/sam3/overlay", "/sam3/label_info"}
 
     def published() -> set[str]:
-        return {topic for topic, _ in sam3.probe.get_publisher_names_and_types_by_node("sam3", "/")}
+        # Counted per topic from endpoint discovery, which the subscriptions rely on too: the
+        # by-node view also needs each participant's node-to-endpoint map, which a CI run once
+        # did not see updated for 120 s while the same publishers delivered to this probe.
+        topics = outputs | {"/sam3/detections_3d", "/sam3/points"}
+        return {topic for topic in topics if sam3.probe.count_publishers(topic) > 0}
 
     spin_until(sam3.probe, lambda: outputs <= published(), WAIT_LIMIT_S)
     assert outputs <= published()

@@ -211,8 +211,12 @@ def test_every_topic_the_rviz_config_shows_is_one_the_node_publishes(sam3: Depth
     }
 
     def published() -> set[tuple[str, str]]:
-        found = sam3.probe.get_publisher_names_and_types_by_node("sam3", "/")
-        return {(topic, kind) for topic, kinds in found for kind in kinds}
+        # Per topic, from endpoint discovery (the by-node view once lagged 120 s in CI).
+        return {
+            (topic, info.topic_type)
+            for topic, _ in shown
+            for info in sam3.probe.get_publishers_info_by_topic(topic)
+        }
 
     spin_until(sam3.probe, lambda: shown <= published(), WAIT_LIMIT_S)
     assert shown - published() == set(), f"the node publishes {sorted(published())}"
