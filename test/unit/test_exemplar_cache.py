@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from vision_msgs.msg import BoundingBox2D, Detection2D, Detection2DArray, ObjectHypothesisWithPose
 
 from tt_sam3_ros.core.class_ids import BOX_ONLY_CLASS_ID
@@ -13,7 +15,12 @@ from tt_sam3_ros.core.errors import InputError
 from tt_sam3_ros.core.exemplars import Exemplar
 from tt_sam3_ros.core.settings import RunSettings
 from tt_sam3_ros.ros import messages
-from tt_sam3_ros.runtime.exemplar_cache import ANSWERED_FRAMES_KEPT, RECEIVED_FRAMES_KEPT, ExemplarMemory
+from tt_sam3_ros.runtime.exemplar_cache import (
+    ANSWERED_FRAMES_KEPT,
+    RECEIVED_FRAMES_KEPT,
+    ExemplarMemory,
+    KeptFrames,
+)
 from tt_sam3_ros.runtime.pipeline import FrameInput, FramePipeline, Wants
 from tt_sam3_ros.runtime.worker import Frame, FrameSlot
 
@@ -90,6 +97,78 @@ def test_forgetting_the_frames_keeps_the_exemplars_in_force() -> None:
     assert memory.frames_kept == 0 and memory.states == {"car": "tokens"}
     with pytest.raises(InputError, match=r"kept: none; .* only while prompt_boxes has a publisher"):
         memory.find(1 * S, "cam")
+
+
+def test_every_camera_shares_one_byte_budget_and_answered_frames_go_last() -> None:
+    frames = KeptFrames(limit_bytes=100)
+    front, back = ExemplarMemory("front", frames), ExemplarMemory("back", frames)
+    front.note_answered(1 * S, "cam", "front answered", 30)
+    for k in range(2, 8):
+        (front if k % 2 else back).note_received(k * S, "cam", f"received {k}", 30)
+        assert frames.bytes_kept <= 100
+    assert front.find(1 * S, "cam")[0] == "front answered", "a received frame outlived an answered one"
+    assert back.find(6 * S, "cam")[0] == "received 6" and front.find(7 * S, "cam")[0] == "received 7"
+    with pytest.raises(InputError, match=r"no frame stamped 5\..*at most 100 bytes for every camera"):
+        front.find(5 * S, "cam")
+    back.note_answered(10 * S, "cam", "back answered", 30)
+    back.note_answered(11 * S, "cam", "back answered again", 30)
+    back.note_answered(12 * S, "cam", "back answered once more", 30)
+    assert frames.bytes_kept == 90, "only answered frames should be left, the newest three"
+    with pytest.raises(InputError, match=r"no frame stamped 1\."):
+        front.find(1 * S, "cam")
+    front.note_received(13 * S, "cam", "too big to keep", 101)
+    with pytest.raises(InputError, match=r"no frame stamped 13\."):
+        front.find(13 * S, "cam")
+
+
+def test_a_kept_frame_leaves_at_its_age_limit_even_when_no_frame_comes() -> None:
+    now = [1000.0]
+    frames = KeptFrames(max_age_s=60.0, clock=lambda: now[0])
+    memory = ExemplarMemory("cam", frames)
+    memory.note_received(1 * S, "cam", "frame", 6_220_800)
+    now[0] += 59.0
+    assert memory.find(1 * S, "cam")[0] == "frame"
+    now[0] += 2.0
+    frames.expire()
+    assert frames.bytes_kept == 0 and memory.frames_kept == 0
+    with pytest.raises(InputError, match=r"kept: none; .* 60 s each"):
+        memory.find(1 * S, "cam")
+
+
+_notes = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["received", "answered"]),
+        st.integers(min_value=1, max_value=40),
+        st.integers(min_value=0, max_value=400),
+        st.floats(min_value=0, max_value=30),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_notes)
+def test_whatever_arrives_the_kept_frames_stay_within_every_limit(notes) -> None:
+    """Untrusted streams of frames of any size, from any camera, at any pace."""
+    now = [0.0]
+    frames = KeptFrames(limit_bytes=1000, max_age_s=60.0, clock=lambda: now[0])
+    memories = {name: ExemplarMemory(name, frames) for name in "abc"}
+    for camera, kind, stamp, nbytes, pause_s in notes:
+        now[0] += pause_s
+        note = memories[camera].note_received if kind == "received" else memories[camera].note_answered
+        note(stamp * S, "cam", (camera, kind, stamp), nbytes)
+        assert frames.bytes_kept <= 1000
+        kept = frames.of(camera)
+        assert len([k for k in kept if k.kind == "received"]) <= RECEIVED_FRAMES_KEPT
+        assert len([k for k in kept if k.kind == "answered"]) <= ANSWERED_FRAMES_KEPT
+        assert all(now[0] - k.kept_s <= 60.0 for k in kept)
+        # The frame just noted is kept when it fits beside the answered frames (received ones go
+        # first, the newest answered last).
+        answered_bytes = sum(k.nbytes for k in frames._frames if k.kind == "answered")
+        fits = nbytes if kind == "answered" else answered_bytes + nbytes
+        if fits <= 1000:
+            assert memories[camera].find(stamp * S, "cam")[0][0] == camera
 
 
 def test_a_clear_wins_over_a_request_still_in_flight() -> None:
@@ -191,3 +270,15 @@ def test_the_hold_script_matches_instances_by_mask_and_reads_frame_indexed_boxes
     }
     with pytest.raises(InputError, match="must start with its frame index"):
         hold.boxes_by_frame(argparse.Namespace(prompt=["car"], box=["1,2,30,40"], negative_box=[]))
+
+
+def test_the_node_reference_states_the_limits_the_code_keeps() -> None:
+    from pathlib import Path
+
+    from tt_sam3_ros.runtime import exemplar_cache
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "node.md").read_text().split())
+    assert f"newest {exemplar_cache.RECEIVED_FRAMES_KEPT} received and newest" in text
+    assert f"newest {exemplar_cache.ANSWERED_FRAMES_KEPT} answered frames" in text
+    assert f"at most {exemplar_cache.KEPT_BYTES_LIMIT // 2**20} MiB for every camera together" in text
+    assert f"none for longer than {exemplar_cache.KEPT_AGE_LIMIT_S:.0f} s" in text

@@ -69,10 +69,6 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.executors.MultiThreadedExecutor.spin_once": HAS,
     "rclpy.executors.MultiThreadedExecutor.spin_once(timeout_sec=)": HAS,
     "rclpy.executors.MultiThreadedExecutor.shutdown": HAS,
-    # Private, read to wait for callbacks in flight; Humble's holds its tasks there too.
-    "rclpy.executors.MultiThreadedExecutor._futures": HAS,
-    "rclpy.task.Future.done": HAS,
-    "rclpy.task.Future.exception": HAS,
     "rclpy.impl.rcutils_logger.RcutilsLogger.debug": HAS,
     "rclpy.impl.rcutils_logger.RcutilsLogger.info": HAS,
     "rclpy.impl.rcutils_logger.RcutilsLogger.info(throttle_duration_sec=)": HAS,
@@ -111,7 +107,9 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.lifecycle.LifecycleNode.destroy_subscription": HAS,
     "rclpy.lifecycle.LifecycleNode.count_publishers": HAS,
     "rclpy.lifecycle.LifecycleNode.create_timer": HAS,
-    "rclpy.lifecycle.LifecycleNode.create_timer(callback_group=)": HAS,
+    "rclpy.lifecycle.LifecycleNode.create_service": HAS,
+    # Humble's lifecycle services are in it too (its LifecycleNodeMixin extends Node's list).
+    "rclpy.lifecycle.LifecycleNode.services": HAS,
     "rclpy.lifecycle.LifecycleNode.get_clock": HAS,
     "rclpy.lifecycle.LifecycleNode.get_logger": HAS,
     "rclpy.lifecycle.LifecycleNode.get_name": HAS,
@@ -128,10 +126,13 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.lifecycle.LifecycleNode.trigger_activate": HAS,
     "rclpy.lifecycle.LifecycleNode.trigger_deactivate": HAS,
     "rclpy.lifecycle.LifecycleNode.trigger_shutdown": HAS,
+    "rclpy.lifecycle.LifecycleNode.trigger_cleanup": HAS,
     # Private: the change_state service, moved to a callback group of its own. Humble's
     # executor reads each entity's callback_group when it waits, as later ones do.
     "rclpy.lifecycle.LifecycleNode._service_change_state": HAS,
     "rclpy.service.Service.callback_group": HAS,
+    # Wrapped in the transition lock; Humble's executor calls ``srv.callback`` as later ones do.
+    "rclpy.service.Service.callback": HAS,
     "rclpy.lifecycle.LifecyclePublisher": HAS,
     "rclpy.lifecycle.LifecyclePublisher.publish": HAS,
     "rclpy.lifecycle.LifecyclePublisher.get_subscription_count": HAS,
@@ -266,7 +267,6 @@ RESULTS = {
     "rclpy.lifecycle.LifecycleNode.context.": "rclpy.context.Context",
     "rclpy.lifecycle.LifecycleNode._service_change_state.": "rclpy.service.Service",
     "rclpy.executors.MultiThreadedExecutor": "rclpy.executors.MultiThreadedExecutor",
-    "rclpy.executors.MultiThreadedExecutor._futures.": "rclpy.task.Future[]",
     "rclpy.callback_groups.MutuallyExclusiveCallbackGroup": (
         "rclpy.callback_groups.MutuallyExclusiveCallbackGroup"
     ),

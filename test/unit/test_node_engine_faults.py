@@ -8,6 +8,7 @@ the /diagnostics values and the log.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -155,6 +156,35 @@ def test_library_log_lines_reach_the_node_logger(context, monkeypatch) -> None:
         sam3.destroy_node()
 
 
+def test_two_nodes_in_one_process_print_each_library_line_once(context, monkeypatch) -> None:
+    """A library line reaches one node's logger, not every node's (it was printed once per node)."""
+    import logging
+
+    first = _node(context, [])
+    second = Sam3Node(
+        context=context,
+        cli_args=["--ros-args", "-r", "__node:=sam3_second"],
+        parameter_overrides=[Parameter("autostart", value=False), Parameter("model_id", value="tiny-random")],
+    )
+    heard: list[tuple[str, str]] = []
+
+    def record(self: Any, text: str, **_: object) -> None:
+        heard.append((self.name, text))
+
+    monkeypatch.setattr(type(first.get_logger()), "warning", record)
+    library = logging.getLogger("tt_sam3_ros.core.segmenter")
+    try:
+        library.warning("random weights loaded")
+        assert heard == [("sam3", "random weights loaded")]
+        first.destroy_node()
+        library.warning("engine opened")
+        assert heard[1:] == [("sam3_second", "engine opened")], "the second node lost the library's lines"
+    finally:
+        first.destroy_node()
+        second.destroy_node()
+    assert logging.getLogger("tt_sam3_ros").handlers == [], "the last node out left its handler attached"
+
+
 def test_a_compressed_frame_is_held_to_the_configured_max_image_side(context) -> None:
     """max_image_side above the default applies to CompressedImage frames as to raw ones."""
     import cv2
@@ -276,4 +306,36 @@ def test_expected_configure_errors_give_their_reason_alone(
         assert "cannot configure:" in err, err
         assert ("Traceback (most recent call last)" in err) == traceback_shown, err
     finally:
+        sam3.destroy_node()
+
+
+def test_an_engine_lost_while_a_deactivate_runs_is_still_released(context) -> None:
+    """The last failing frame ends after the operator's deactivate: the error path then starts
+    from inactive. It must still release the lost engine and leave the node unconfigured, as
+    from active; it used to try a second deactivate, which rclpy refuses, and keep the engine."""
+    gate = threading.Event()
+    lost = ScriptedSegmenter(fail_with=RuntimeError("device lost: no response from the chip"), gate=gate)
+    sam3 = _node(context, [lost])
+    try:
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        camera = next(iter(sam3._cameras.values()))
+        gate.set()
+        for _ in range(ENGINE_ERROR_LIMIT - 1):
+            calls = lost.calls
+            sam3._on_image(camera, _image())
+            assert _wait(lambda c=calls: lost.calls > c)
+        gate.clear()
+        lost.entered.clear()
+        sam3._on_image(camera, _image())
+        assert lost.entered.wait(10), "the last frame never reached the engine"
+        assert sam3.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        gate.set()  # the frame in flight fails: the engine is lost, the node already inactive
+        assert _wait(lambda: lost.closed == 1), "the lost engine was not released"
+        assert _wait(lambda: sam3._state_machine.current_state[1] == "unconfigured")
+        assert sam3._state == "unconfigured"
+        assert not sam3._engine_lost, "the next configure would find the engine still marked lost"
+    finally:
+        gate.set()
+        sam3.shut_down()
         sam3.destroy_node()

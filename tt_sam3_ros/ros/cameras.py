@@ -243,7 +243,8 @@ class CameraTopics:
         state.stats.count_received()
         frame = Frame(msg, time.monotonic(), camera.name)
         if self._boxes_publisher(camera):
-            state.exemplars.note_received(messages.stamp_ns(msg.header), msg.header.frame_id, frame)
+            stamp = messages.stamp_ns(msg.header)
+            state.exemplars.note_received(stamp, msg.header.frame_id, frame, len(msg.data))
         else:
             state.exemplars.forget_frames()
         if not self._settings.prompts and not state.exemplars.has_box_only:

@@ -168,7 +168,8 @@ class EngineOwnership:
         )
         if report.outcome == "answered" and self._boxes_publisher(camera):
             stamp = messages.stamp_ns(header)
-            camera.state.exemplars.note_answered(stamp, header.frame_id, dataclasses.replace(frame, boxes=()))
+            kept = dataclasses.replace(frame, boxes=())
+            camera.state.exemplars.note_answered(stamp, header.frame_id, kept, len(frame.msg.data))
         if self.label_info_has_box_only and not self._box_only_in_force():
             self.publish_label_info()  # the box-only concept was replaced: its class leaves the map
         if report.engine_lost:
@@ -215,4 +216,10 @@ class EngineOwnership:
         self._stats.note_error(summary)
         self.get_logger().fatal(summary)
         self._engine_lost = True
-        threading.Thread(target=self.trigger_deactivate, name="sam3-engine-lost", daemon=True).start()
+        try:
+            threading.Thread(target=self._take_error_path, name="sam3-engine-lost", daemon=True).start()
+        except RuntimeError as error:  # no thread can start: the node stays up with no engine serving
+            self.get_logger().error(
+                f"cannot take the error path ({error}); no engine serves: ros2 lifecycle set "
+                f"{self.get_fully_qualified_name()} deactivate, cleanup, then configure, activate"
+            )

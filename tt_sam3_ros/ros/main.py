@@ -103,7 +103,7 @@ def _run(node: Sam3Node, stop: threading.Event) -> int:
         # released. A later signal has nothing left to cut short but that release.
         _ignore_stop_signals()
         spinner.join()
-        _drain(executor)
+        _drain(node)
         executor.shutdown()
     if failures:
         node.get_logger().fatal(f"a callback failed; stopping:\n{failures[0]}")
@@ -127,20 +127,19 @@ def _spin_until(executor: MultiThreadedExecutor, stop: threading.Event, failures
         stop.set()
 
 
-def _drain(executor: MultiThreadedExecutor, timeout_s: float = 5.0) -> None:
-    """Wait for callbacks still running on the executor's pool before it is shut down.
+def _drain(node: Sam3Node, timeout_s: float = 5.0) -> None:
+    """Wait for the node's callbacks still running before the executor is shut down.
 
     Each finishing callback triggers the executor's guard condition, which ``shutdown``
     destroys: a callback still running then fails with "cannot use Destroyable because
-    destruction was requested", printed at exit as an exception never retrieved.
-    rclpy keeps the in-flight tasks in ``_futures`` (no public accessor in rclpy 9).
+    destruction was requested", printed at exit as an exception never retrieved. The node
+    counts its own callbacks (``callbacks_in_flight``); no executor says which of its run.
     """
-    deadline = time.monotonic() + timeout_s
-    for future in list(getattr(executor, "_futures", ())):
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if future.done() and future.exception() is not None:
-            rclpy.logging.get_logger(NODE_NAME).debug(f"callback failed at shutdown: {future.exception()}")
+    if not node.wait_for_callbacks(timeout_s):
+        rclpy.logging.get_logger(NODE_NAME).warning(
+            f"{node.callbacks_running} callback(s) still running {timeout_s:.0f} s into the stop; "
+            "shutting the executor down anyway"
+        )
 
 
 def _handle_stop_signals(stop: threading.Event) -> None:

@@ -55,6 +55,7 @@ from tt_sam3_ros.core.settings import (
     device_names,
 )
 from tt_sam3_ros.engines import BlackholeChips, EngineError
+from tt_sam3_ros.ros.callbacks_in_flight import CallbackCounter, CallbacksInFlight
 from tt_sam3_ros.ros.cameras import PROMPT_BOXES_QOS, CameraTopics
 from tt_sam3_ros.ros.engine_ownership import EngineOwnership
 from tt_sam3_ros.ros.log_forwarding import forward_library_logging, stop_forwarding
@@ -94,7 +95,9 @@ def _transition(callback: Callable[..., TransitionCallbackReturn]) -> Callable[.
     return guarded
 
 
-class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, LifecycleNode):
+class Sam3Node(
+    ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, CallbacksInFlight, LifecycleNode
+):
     """Managed node ``sam3``: images in, Detection2DArray + mono8 instance mask out."""
 
     #: Set on an rclpy without pre/post set-parameters callbacks (Humble): ``set_parameters_atomically``
@@ -103,6 +106,7 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
     _parameter_hooks_emulated = False
 
     def __init__(self, stop_requested: threading.Event | None = None, **kwargs: Any) -> None:
+        self._callback_counter = CallbackCounter()  # before rclpy creates the parameter services
         super().__init__(NODE_NAME, **kwargs)
         try:
             self._set_up(stop_requested)
@@ -155,14 +159,20 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
         self._depth_enabled = False
         self._engine_info: dict[str, str] = {}
         self._release_lock = threading.Lock()
+        # Held by every lifecycle transition, whoever starts it (change_state service, autostart,
+        # the engine-lost path, the exit path): rclpy's state machine takes one at a time.
+        self._transitions = threading.RLock()
         # Set when the engine is deemed lost: the deactivate it triggers returns ERROR.
         self._engine_lost = False
 
         self._run_transitions_apart()
+        self._count_service_callbacks()
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diagnostics_timer = self.create_timer(
             1.0, self._publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
         )
+        # Frames kept for exemplar boxes leave at their age limit even when no frame comes.
+        self._kept_frames_timer = self.create_timer(5.0, self._pipeline.kept_frames.expire)
 
     def _run_transitions_apart(self) -> None:
         """Serve the change_state service in a callback group of its own.
@@ -177,6 +187,53 @@ class Sam3Node(ParameterHandling, CameraTopics, EngineOwnership, NodeStatus, Lif
         group = MutuallyExclusiveCallbackGroup()
         group.add_entity(service)
         service.callback_group = group
+        service.callback = self._one_transition_at_a_time(service.callback)
+
+    def _one_transition_at_a_time(self, run: Callable[..., Any]) -> Callable[..., Any]:
+        """``run`` (a transition) under the node's transition lock.
+
+        rclpy has no lock of its own: the change_state service, autostart and the engine-lost
+        thread would otherwise drive its state machine at once, and the second transition is
+        refused mid-way ("Unable to start transition"), leaving the node where the first left it.
+        """
+
+        @functools.wraps(run)
+        def locked(*args: Any) -> Any:
+            with self._transitions:
+                return run(*args)
+
+        return locked
+
+    def trigger_configure(self) -> TransitionCallbackReturn:
+        return self._one_transition_at_a_time(super().trigger_configure)()
+
+    def trigger_activate(self) -> TransitionCallbackReturn:
+        return self._one_transition_at_a_time(super().trigger_activate)()
+
+    def trigger_deactivate(self) -> TransitionCallbackReturn:
+        return self._one_transition_at_a_time(super().trigger_deactivate)()
+
+    def trigger_cleanup(self) -> TransitionCallbackReturn:
+        return self._one_transition_at_a_time(super().trigger_cleanup)()
+
+    def trigger_shutdown(self) -> TransitionCallbackReturn:
+        return self._one_transition_at_a_time(super().trigger_shutdown)()
+
+    def _take_error_path(self) -> None:
+        """Release a lost engine through the lifecycle, from whatever state the node is in now.
+
+        Active: deactivate, which returns ERROR, and on_error releases. Inactive (an operator's
+        deactivate ran while the last failing frame was in flight): cleanup releases. Otherwise
+        a cleanup or shutdown already released it. Under the transition lock, so the state read
+        is the state the transition starts from.
+        """
+        with self._transitions:
+            if self._state == "active":
+                self.trigger_deactivate()
+            elif self._state == "inactive":
+                self.get_logger().error("the engine was lost while inactive; releasing it (cleanup)")
+                self.trigger_cleanup()
+            self._engine_lost = False
 
     # ----------------------------------------------------------------- lifecycle
 

@@ -42,7 +42,7 @@ from tt_sam3_ros.core.tracking import (
 from tt_sam3_ros.core.video_engine import Sam3VideoEngine
 from tt_sam3_ros.core.video_tracker import keep_best
 from tt_sam3_ros.engines.base import EngineError
-from tt_sam3_ros.runtime.exemplar_cache import ExemplarMemory
+from tt_sam3_ros.runtime.exemplar_cache import ExemplarMemory, KeptFrames
 from tt_sam3_ros.runtime.worker import SINGLE_CAMERA, CameraStats, FrameStats
 from tt_sam3_ros.weights.errors import WeightsError
 
@@ -195,6 +195,8 @@ class FramePipeline:
         self._track_ids = TrackIdSpace()
         self._trackers: dict[str, InstanceTracker] = {}
         self._throttle = _Throttle(LOG_THROTTLE_S)
+        # Every camera's frames kept to draw exemplar boxes on: one byte budget for the node.
+        self.kept_frames = KeptFrames()
 
     def make_cameras(self, names: Sequence[str]) -> dict[str, CameraState]:
         """Fresh state for each camera (no names: the one camera), counting into the engine's."""
@@ -204,7 +206,8 @@ class FramePipeline:
         tracker = self._trackers.get(name)
         if tracker is None:
             tracker = self._trackers[name] = InstanceTracker(id_space=self._track_ids)
-        return CameraState(name, CameraStats(FrameStats(), self.engine_stats), tracker)
+        exemplars = ExemplarMemory(name, self.kept_frames)
+        return CameraState(name, CameraStats(FrameStats(), self.engine_stats), tracker, exemplars=exemplars)
 
     def reset_tracks(self) -> None:
         """Forget every camera's tracks (the engine was released); ids are still never reused.
