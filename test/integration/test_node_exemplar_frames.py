@@ -69,7 +69,7 @@ def test_frames_are_kept_for_boxes_only_while_prompt_boxes_has_a_publisher(tmp_p
         key = stamp_ns(watched)
         del sam3.detections[key], sam3.masks[key]
         publisher.publish(prompt_boxes(watched.header, box_only))
-        again, _ = sam3.answer(key, timeout_s=ANSWER_LIMIT_S)  # answered again: kept and found
+        again, _ = sam3.exemplar_answer(key, timeout_s=ANSWER_LIMIT_S)  # answered again: kept and found
         box_only_named = lambda: any(e.class_name == "" for e in sam3.label_infos[-1].class_map)  # noqa: E731
         assert spin_until(sam3.probe, box_only_named, WAIT_LIMIT_S)
         assert prompts_found(sam3, again) == {"car": QUERIES, "": QUERIES}, log_tail(sam3.log_path)

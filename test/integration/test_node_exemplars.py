@@ -83,13 +83,19 @@ def test_a_stamped_frame_is_answered_with_its_boxes_and_later_frames_keep_the_co
     boxes = [(10.0, 10.0, 40.0, 30.0, "", 1.0), (50.0, 5.0, 90.0, 60.0, "", 0.1)]  # box-only: + and -
     client.boxes_pub.publish(prompt_boxes(first.header, boxes))
     try:
-        again, mask = client.answer(key)
+        again, mask = client.exemplar_answer(key)
         assert again.header == first.header and mask.header == first.header
         assert prompts_found(client, again) == {"car": QUERIES, "": QUERIES}, log_tail(client.log_path)
         assert any(entry.class_name == "" for entry in client.label_infos[-1].class_map)
+        # Untracked: its ids are positions, below every track id the live topics carry.
+        assert [d.id for d in again.detections] == [str(k) for k in range(1, 2 * QUERIES + 1)]
 
         later, _ = client.ask(make_image(scene(2)))
         assert prompts_found(client, later) == {"car": QUERIES, "": QUERIES}
+        assert key not in client.detections and key not in client.masks, (
+            "the answer to the boxes' frame went out on the live topics: their stamps went backwards"
+        )
+        assert min(int(d.id) for d in later.detections) >= 256, "a track id could be read as a position"
 
         client.boxes_pub.publish(prompt_boxes(first.header, []))  # an empty array clears
         names = lambda: {e.class_name for e in client.label_infos[-1].class_map}  # noqa: E731

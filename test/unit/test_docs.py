@@ -163,6 +163,7 @@ PUBLISHING_CALLS = {
     "create_lifecycle_publisher",
     "_output",
     "_input",
+    "_image_input",
 }
 
 

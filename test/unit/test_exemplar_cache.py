@@ -282,3 +282,15 @@ def test_the_node_reference_states_the_limits_the_code_keeps() -> None:
     assert f"newest {exemplar_cache.ANSWERED_FRAMES_KEPT} answered frames" in text
     assert f"at most {exemplar_cache.KEPT_BYTES_LIMIT // 2**20} MiB for every camera together" in text
     assert f"none for longer than {exemplar_cache.KEPT_AGE_LIMIT_S:.0f} s" in text
+
+
+def test_a_frame_answered_again_after_its_age_limit_is_kept_anew() -> None:
+    """Found by the property above: the second answer of a frame found the first, expired, one
+    and kept nothing."""
+    now = [0.0]
+    frames = KeptFrames(max_age_s=60.0, clock=lambda: now[0])
+    memory = ExemplarMemory("cam", frames)
+    memory.note_answered(1 * S, "cam", "frame", 10)
+    now[0] += 61.0
+    memory.note_answered(1 * S, "cam", "frame", 10)
+    assert memory.find(1 * S, "cam")[0] == "frame"

@@ -108,6 +108,8 @@ HUMBLE: dict[str, str | Lacks] = {
     "rclpy.lifecycle.LifecycleNode.count_publishers": HAS,
     "rclpy.lifecycle.LifecycleNode.create_timer": HAS,
     "rclpy.lifecycle.LifecycleNode.create_service": HAS,
+    # The image inputs' raw subscriptions deserialise the frame the worker takes.
+    "rclpy.serialization.deserialize_message": HAS,
     # Humble's lifecycle services are in it too (its LifecycleNodeMixin extends Node's list).
     "rclpy.lifecycle.LifecycleNode.services": HAS,
     "rclpy.lifecycle.LifecycleNode.get_clock": HAS,

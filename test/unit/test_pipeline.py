@@ -12,7 +12,7 @@ import pytest
 
 from tt_sam3_ros.core.depth_pairing import Answer3D, CameraInfoData, DepthFrame
 from tt_sam3_ros.core.errors import InputError
-from tt_sam3_ros.core.results import Instance, SegmentationResult
+from tt_sam3_ros.core.results import FIRST_TRACK_ID, Instance, SegmentationResult
 from tt_sam3_ros.core.settings import RunSettings
 from tt_sam3_ros.core.video_engine import Sam3VideoEngine
 from tt_sam3_ros.runtime.pipeline import ENGINE_ERROR_LIMIT, FrameInput, FrameOutput, FramePipeline, Wants
@@ -102,7 +102,7 @@ def test_an_answered_frame_gives_tracked_instances_labels_and_class_ids() -> Non
             pipeline.process(FixedSegmenter(), camera, frame(stamp), SETTINGS, outputs).outcome == "answered"
         )
     first, second = outputs.published
-    assert first.result.detection_ids() == second.result.detection_ids() == [1]
+    assert first.result.detection_ids() == second.result.detection_ids() == [FIRST_TRACK_ID]
     assert first.class_ids == {"box": 3} and first.overlay is None
     assert set(np.unique(first.labels)) == {0, 1}
     stats = snapshot(camera)
@@ -167,7 +167,7 @@ def test_with_depth_the_3d_answer_follows_the_2d_one_with_the_track_ids() -> Non
     (answer,) = outputs.published_3d
     (geometry,) = answer.geometries
     np.testing.assert_allclose(geometry.centre, (0.0, 0.0, 1.0), atol=0.005)
-    assert set(answer.points["instance"]) == {1}
+    assert set(answer.points["instance"]) == {FIRST_TRACK_ID}
     assert camera.depth_stats.snapshot()["frames_3d"] == "1"
 
 

@@ -15,6 +15,9 @@ import numpy as np
 
 #: mono8 holds ids 1..255; further instances are dropped from the label image, never wrapped.
 MAX_LABELLED_INSTANCES = 255
+#: The node's first track id: above every position a frame's detection can have (1..255), so an
+#: untracked detection's id (its position, the mask value) is never also a track id.
+FIRST_TRACK_ID = MAX_LABELLED_INSTANCES + 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,7 +151,8 @@ class SegmentationResult:
 
     def detection_ids(self) -> list[int]:
         """The id of each labelled instance, in mask order: its track id when it has one, else its
-        position k (the mask value). What Detection2D.id, Detection3D.id and a cloud point's
+        position k (the mask value; the node's track ids start above every position, at
+        FIRST_TRACK_ID). What Detection2D.id, Detection3D.id and a cloud point's
         ``instance`` carry."""
         return [
             position if instance.track_id is None else int(instance.track_id)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rclpy._rclpy_pybind11 import InvalidHandle
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecyclePublisher
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.subscription import Subscription
@@ -22,7 +23,7 @@ from vision_msgs.msg import Detection2DArray, Detection3DArray, LabelInfo
 from tt_sam3_ros.core.depth_pairing import Answer3D
 from tt_sam3_ros.core.errors import InputError, printable, quoted
 from tt_sam3_ros.core.exemplars import BOX_ONLY_PROMPT, check_exemplars
-from tt_sam3_ros.ros import messages, messages_3d
+from tt_sam3_ros.ros import messages, messages_3d, raw_frames
 from tt_sam3_ros.ros.parameters import READ_AT_ACTIVATE, RELIABILITIES
 from tt_sam3_ros.runtime.pipeline import (
     LOG_THROTTLE_S,
@@ -62,9 +63,16 @@ class Camera:
     detections_pub: LifecyclePublisher | None = None
     mask_pub: LifecyclePublisher | None = None
     overlay_pub: LifecyclePublisher | None = None
+    #: The answer to a frame exemplar boxes were drawn on: an earlier frame, so not on the live
+    #: topics (their stamps would go backwards).
+    exemplar_detections_pub: LifecyclePublisher | None = None
+    exemplar_mask_pub: LifecyclePublisher | None = None
     detections_3d_pub: LifecyclePublisher | None = None
     points_pub: LifecyclePublisher | None = None
     label_info_pub: LifecyclePublisher | None = None
+    #: The camera's inputs run in a group of their own: one camera's callbacks neither wait for
+    #: another's nor hold the parameter and lifecycle services (the default group).
+    group: MutuallyExclusiveCallbackGroup = field(default_factory=MutuallyExclusiveCallbackGroup)
     #: ~/<camera>/prompt_boxes (also in ``subscriptions``): its publisher count decides whether
     #: the camera's frames are kept for boxes drawn on them.
     boxes_sub: Subscription | None = None
@@ -73,6 +81,8 @@ class Camera:
         "detections_pub",
         "mask_pub",
         "overlay_pub",
+        "exemplar_detections_pub",
+        "exemplar_mask_pub",
         "detections_3d_pub",
         "points_pub",
         "label_info_pub",
@@ -111,15 +121,20 @@ class FrameOutputs:
         )
 
     def publish(self, output: FrameOutput) -> None:
+        """The frame's detections and mask: on the live topics, or, for the answer to a frame
+        exemplar boxes were drawn on, on ``exemplar_detections`` and ``exemplar_masks``."""
         camera, header = self._camera, self._header
-        if camera.detections_pub is None or camera.mask_pub is None:
+        detections_pub, mask_pub = camera.detections_pub, camera.mask_pub
+        if output.exemplar_answer:
+            detections_pub, mask_pub = camera.exemplar_detections_pub, camera.exemplar_mask_pub
+        if detections_pub is None or mask_pub is None:
             return
         if BOX_ONLY_PROMPT in output.result.prompts and not self._node.label_info_has_box_only:
             self._node.publish_label_info()  # the box-only concept's class id, before its first use
         with self._node.publishing():
             self._detections = messages.result_to_detections(output.result, header, output.class_ids)
-            camera.detections_pub.publish(self._detections)
-            camera.mask_pub.publish(messages.instance_mask_to_image(output.labels, header))
+            detections_pub.publish(self._detections)
+            mask_pub.publish(messages.instance_mask_to_image(output.labels, header))
             if output.overlay is not None and camera.overlay_pub is not None:
                 camera.overlay_pub.publish(messages.rgb_to_image(output.overlay, header))
 
@@ -151,6 +166,8 @@ class CameraTopics:
             camera.detections_pub = self._output(camera, Detection2DArray, "detections")
             camera.mask_pub = self._output(camera, Image, "masks")
             camera.overlay_pub = self._output(camera, Image, "overlay")
+            camera.exemplar_detections_pub = self._output(camera, Detection2DArray, "exemplar_detections")
+            camera.exemplar_mask_pub = self._output(camera, Image, "exemplar_masks")
             if camera.name:  # a named camera; the unnamed one's is ~/label_info itself
                 # vision_msgs: LabelInfo at the image's namespace level, beside this camera's masks.
                 camera.label_info_pub = self.create_lifecycle_publisher(
@@ -178,11 +195,21 @@ class CameraTopics:
     def _output(self, camera: Camera, msg_type: Any, name: str) -> LifecyclePublisher:
         return self.create_lifecycle_publisher(msg_type, f"~/{camera.topic(name)}", OUTPUT_QOS)
 
+    def _image_input(self, camera: Camera, msg_type: type, name: str, qos: QoSProfile) -> Subscription:
+        """The camera's image input, raw: its callback reads the header, and the worker
+        deserialises only the frame it takes (``raw_frames``)."""
+        on_image = functools.partial(self._on_raw_image, camera, msg_type)
+        return self.create_subscription(
+            msg_type, camera.topic(name), on_image, qos, callback_group=camera.group, raw=True
+        )
+
     def _input(
         self, camera: Camera, msg_type: Any, name: str, callback: Callable[[Any], None]
     ) -> Subscription:
         """An input of the node's own, ``~/<camera>/<name>`` (exemplar boxes)."""
-        return self.create_subscription(msg_type, f"~/{camera.topic(name)}", callback, PROMPT_BOXES_QOS)
+        return self.create_subscription(
+            msg_type, f"~/{camera.topic(name)}", callback, PROMPT_BOXES_QOS, callback_group=camera.group
+        )
 
     def _activation_values(self) -> dict[str, Any]:
         """The parameters read at activate (READ_AT_ACTIVATE), read once: the 3D publishers and the
@@ -198,13 +225,10 @@ class CameraTopics:
         compressed = values["transport"] == "compressed"
         depth = bool(values["depth"])
         for camera in self._cameras.values():
-            on_image = functools.partial(self._on_image, camera)
             if compressed:
-                image_sub = self.create_subscription(
-                    CompressedImage, camera.topic("image/compressed"), on_image, qos
-                )
+                image_sub = self._image_input(camera, CompressedImage, "image/compressed", qos)
             else:
-                image_sub = self.create_subscription(Image, camera.topic("image"), on_image, qos)
+                image_sub = self._image_input(camera, Image, "image", qos)
             camera.subscriptions.append(image_sub)
             self.get_logger().info(f"subscribed to {image_sub.topic_name}")
             on_boxes = functools.partial(self._on_prompt_boxes, camera)
@@ -217,11 +241,15 @@ class CameraTopics:
     def _subscribe_depth(self, camera: Camera, qos: QoSProfile) -> None:
         """Depth and camera_info, with the image's QoS; their callbacks only store the message."""
         camera.state.depth_pairing.clear()
+        on_depth, on_info = (
+            functools.partial(self._on_depth, camera),
+            functools.partial(self._on_camera_info, camera),
+        )
         depth_sub = self.create_subscription(
-            Image, camera.topic("depth"), functools.partial(self._on_depth, camera), qos
+            Image, camera.topic("depth"), on_depth, qos, callback_group=camera.group
         )
         camera_info_sub = self.create_subscription(
-            CameraInfo, camera.topic("camera_info"), functools.partial(self._on_camera_info, camera), qos
+            CameraInfo, camera.topic("camera_info"), on_info, qos, callback_group=camera.group
         )
         camera.subscriptions += [depth_sub, camera_info_sub]
         self.get_logger().info(
@@ -237,8 +265,14 @@ class CameraTopics:
                 self.destroy_subscription(subscription)
             camera.state.depth_pairing.clear()
 
-    def _on_image(self, camera: Camera, msg: Image | CompressedImage) -> None:
-        """Hand the camera's newest frame to the worker; never waits for inference."""
+    def _on_raw_image(self, camera: Camera, msg_type: type, serialized: bytes) -> None:
+        """A raw image subscription's callback: the header read, the pixels left serialised."""
+        self._on_image(camera, raw_frames.taken(serialized, msg_type))
+
+    def _on_image(self, camera: Camera, msg: Image | CompressedImage | raw_frames.RawImage) -> None:
+        """Hand the camera's newest frame to the worker; never waits for inference.
+
+        ``msg`` is the message, or a RawImage (only its header read) from a raw subscription."""
         state = camera.state
         state.stats.count_received()
         frame = Frame(msg, time.monotonic(), camera.name)

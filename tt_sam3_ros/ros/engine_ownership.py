@@ -18,7 +18,7 @@ from tt_sam3_ros.core.settings import (
     device_names,
 )
 from tt_sam3_ros.engines import EngineError, chip_count
-from tt_sam3_ros.ros import messages
+from tt_sam3_ros.ros import messages, raw_frames
 from tt_sam3_ros.ros.cameras import FrameOutputs
 from tt_sam3_ros.ros.parameters import (
     ttnn_options,
@@ -32,6 +32,11 @@ from tt_sam3_ros.runtime.pipeline import (
 )
 from tt_sam3_ros.runtime.worker import Frame
 from tt_sam3_ros.weights.tiny_model import TINY_MODEL_ID
+
+
+def _decode(frame_msg: Any, max_side: int) -> Any:
+    """The frame's pixels, on the worker: a raw frame is deserialised here, only when taken."""
+    return messages.decode_image(raw_frames.message_of(frame_msg), max_side)
 
 
 class EngineOwnership:
@@ -153,7 +158,7 @@ class EngineOwnership:
             segmenter,
             camera.state,
             FrameInput(
-                decode=functools.partial(messages.decode_image, frame.msg),
+                decode=functools.partial(_decode, frame.msg),
                 stamp_ns=messages.stamp_ns(header),
                 frame_id=header.frame_id,
                 received_s=frame.received_s,

@@ -81,8 +81,10 @@ def _rcl_reason(error: Exception) -> str:
 
 def _run(node: Sam3Node, stop: threading.Event) -> int:
     """Spin on a thread of its own; autostart here meanwhile; wait for ``stop``. Returns the exit code."""
-    # A transition (its own group), the default group and the diagnostics timer: one thread each.
-    executor = MultiThreadedExecutor(num_threads=3)
+    # A transition (its own group), the default group (services, parameters), the diagnostics
+    # timer and the cameras' inputs (a group per camera; each callback only reads a header or
+    # stores a message): one thread each.
+    executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     failures: list[str] = []
     spinner = threading.Thread(

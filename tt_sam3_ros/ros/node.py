@@ -10,11 +10,13 @@ signals, exit code) is ``main.py``; the parameter table is ``parameters.py``, it
 
 Threads (why: a slow model must never stall services, parameters or lifecycle calls):
 
-- The executor runs the subscription, parameter and lifecycle callbacks (one
-  mutually exclusive group), the change_state service (its own group: a configure it runs
-  waits for the model load, which must not hold parameters or get_state) and the
-  diagnostics timer (its own group, so /diagnostics keeps flowing while a transition is
-  busy). None of them touches the model.
+- The executor runs the parameter and lifecycle services (the default group), each
+  camera's inputs (a group per camera: image, prompt_boxes, depth, camera_info), the
+  change_state service (its own group: a configure it runs waits for the model load, which
+  must not hold parameters or get_state) and the diagnostics timer (its own group, so
+  /diagnostics keeps flowing while a transition is busy). None of them touches the model.
+  The image subscriptions are raw: their callback reads the header, and the worker
+  deserialises only the frame it takes (``raw_frames.py``).
 - One worker thread owns the segmenter from construction to ``close()``: engines
   require every device call on the thread that opened the device. The subscription
   callback drops the newest frame into a one-slot box and wakes the worker; a frame

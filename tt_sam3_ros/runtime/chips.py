@@ -353,9 +353,11 @@ class ChipPool:
         self._turns.wait(frame)
 
     def _came_out(self, chip: Chip) -> None:
+        """The frame left the engine. A stuck chip's flight was already removed by ``_check``
+        (under the same lock), so a late answer never counts towards the slowest frame."""
         with self._watch_lock:
             flight = self._in_flight.pop(chip.name, None)
-            if flight is not None and chip.name not in self._stuck:
+            if flight is not None:
                 took = time.monotonic() - flight.since
                 self._slowest_s[chip.name] = max(took, self._slowest_s.get(chip.name, 0.0))
 

@@ -68,6 +68,7 @@ class KeptFrames:
         """Keep a frame (once per camera, kind and stamp), then drop what exceeds the limits."""
         count_limit = RECEIVED_FRAMES_KEPT if kind == RECEIVED else ANSWERED_FRAMES_KEPT
         with self._lock:
+            self._expire_locked()  # first: a frame noted again after its age limit is kept anew
             if kind == ANSWERED and any(
                 (k.camera, k.kind, k.stamp_ns, k.frame_id) == (camera, kind, stamp_ns, frame_id)
                 for k in self._frames

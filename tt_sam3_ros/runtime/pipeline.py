@@ -33,7 +33,7 @@ from tt_sam3_ros.core import depth_pairing
 from tt_sam3_ros.core.depth_pairing import Answer3D, DepthPairing, DepthStats
 from tt_sam3_ros.core.errors import InputError, printable, quoted
 from tt_sam3_ros.core.exemplars import BOX_ONLY_PROMPT, Exemplar
-from tt_sam3_ros.core.results import SegmentationResult
+from tt_sam3_ros.core.results import FIRST_TRACK_ID, SegmentationResult
 from tt_sam3_ros.core.settings import RunSettings
 from tt_sam3_ros.core.tracking import (
     InstanceTracker,
@@ -103,12 +103,15 @@ class FrameOutput:
 
     ``labels`` value k is the k-th instance of ``result`` (``result.detection_ids()[k - 1]`` is
     its id); ``class_ids`` maps each prompt to its class id; ``overlay`` is None unless wanted.
+    ``exemplar_answer``: the frame exemplar boxes were drawn on, answered with them (an earlier
+    frame, untracked, with no overlay): it goes out apart from the live stream.
     """
 
     result: SegmentationResult
     labels: np.ndarray
     class_ids: dict[str, int]
     overlay: np.ndarray | None = None
+    exemplar_answer: bool = False
 
 
 class Outputs(Protocol):
@@ -192,7 +195,8 @@ class FramePipeline:
         self._now_ns = now_ns
         # All trackers take their ids from one space: a track id is never given twice while
         # the pipeline lives, across cameras and configures.
-        self._track_ids = TrackIdSpace()
+        # From FIRST_TRACK_ID: an untracked detection's id (its position) is never a track id.
+        self._track_ids = TrackIdSpace(first=FIRST_TRACK_ID)
         self._trackers: dict[str, InstanceTracker] = {}
         self._throttle = _Throttle(LOG_THROTTLE_S)
         # Every camera's frames kept to draw exemplar boxes on: one byte budget for the node.
@@ -302,14 +306,14 @@ class FramePipeline:
     ) -> None:
         wants = outputs.wants()
         overlay = None
-        if settings.publish_overlay and wants.overlay:
+        if settings.publish_overlay and wants.overlay and not frame.boxes:
             from tt_sam3_ros.core.overlay import draw_overlay
 
             overlay = draw_overlay(rgb, result, labels)
         class_ids = dict(settings.class_ids)
         if BOX_ONLY_PROMPT in result.prompts:
             class_ids[BOX_ONLY_PROMPT] = settings.box_only_class_id
-        outputs.publish(FrameOutput(result, labels, class_ids, overlay))
+        outputs.publish(FrameOutput(result, labels, class_ids, overlay, exemplar_answer=bool(frame.boxes)))
         if outputs.depth and not frame.boxes:
             answer = self._answer_3d(camera, frame, result, labels, settings, wants.cloud)
             if answer is not None:

@@ -120,6 +120,9 @@ class Sam3Client:
         self.node_name = node_name
         self.detections: dict[int, Detection2DArray] = {}
         self.masks: dict[int, Image] = {}
+        # The answers to frames exemplar boxes were drawn on (their own topics), by stamp.
+        self.exemplar_detections: dict[int, Detection2DArray] = {}
+        self.exemplar_masks: dict[int, Image] = {}
         self.arrivals: dict[int, float] = {}
         self.diagnostics: list[dict[str, str]] = []
         self.label_infos: list[LabelInfo] = []
@@ -129,6 +132,18 @@ class Sam3Client:
         )
         probe.create_subscription(Detection2DArray, f"{node_name}/detections", self._on_detections, reliable)
         probe.create_subscription(Image, f"{node_name}/masks", self._on_mask, reliable)
+        probe.create_subscription(
+            Detection2DArray,
+            f"{node_name}/exemplar_detections",
+            lambda msg: self.exemplar_detections.__setitem__(stamp_ns(msg), msg),
+            reliable,
+        )
+        probe.create_subscription(
+            Image,
+            f"{node_name}/exemplar_masks",
+            lambda msg: self.exemplar_masks.__setitem__(stamp_ns(msg), msg),
+            reliable,
+        )
         probe.create_subscription(LabelInfo, f"{node_name}/label_info", self.label_infos.append, latched)
         probe.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.image_pub = probe.create_publisher(Image, "image", reliable)
@@ -204,6 +219,16 @@ class Sam3Client:
         arrived = spin_until(self.probe, lambda: key in self.detections and key in self.masks, timeout_s)
         assert arrived, f"no detections+mask for the frame stamped {key} ns within {timeout_s} s"
         return self.detections[key], self.masks[key]
+
+    def exemplar_answer(
+        self, key: int, timeout_s: float = ANSWER_TIMEOUT_S
+    ) -> tuple[Detection2DArray, Image]:
+        """Wait for the exemplar answer (both of its topics) to the frame stamped ``key`` (ns)."""
+        arrived = spin_until(
+            self.probe, lambda: key in self.exemplar_detections and key in self.exemplar_masks, timeout_s
+        )
+        assert arrived, f"no exemplar answer for the frame stamped {key} ns within {timeout_s} s"
+        return self.exemplar_detections[key], self.exemplar_masks[key]
 
     def ask(
         self, msg: Image | CompressedImage, timeout_s: float = ANSWER_TIMEOUT_S
