@@ -124,8 +124,10 @@ class Camera:
         self.ages_ms.append((self.node.get_clock().now().nanoseconds - stamp_ns) / 1e6)
 
     def _on_diagnostics(self, msg: object) -> None:
+        # The segmentation status holds the frame counters; the node's tracking (and depth)
+        # statuses follow it in the same array and hold none.
         for status in msg.status:
-            if status.name.startswith("sam3"):
+            if status.name == "sam3: segmentation":
                 self.diagnostics = {kv.key: kv.value for kv in status.values}
                 self.diagnostics_at = time.monotonic()
 

@@ -86,6 +86,10 @@ def test_quick_benchmarks_print_every_other_table() -> None:
     # stream: the node answered and its ages were measured
     assert "output age p50 / p90 / p99 / max ms" in out
     assert "first vs last quarter" in out
+    stream_table = out.split("== stream: frames at")[1].split("age: arrival")[0]
+    assert "?" not in stream_table, f"the node's counters never reached the stream table:\n{stream_table}"
+    # stream: what the raw image subscriptions save, side by side, and the frames the node took
+    assert "deserialising image messages" in out and "ms of executor time per second" in out
     # stream, several cameras: per-camera rates and ages, 1 camera beside 3, and the fairness figure
     assert "== stream: 1 and 3 cameras at 30 Hz each into one node" in out
     assert "fairness (slowest / fastest rate)" in out and "cam2" in out
