@@ -183,6 +183,7 @@ REGIONS: dict[str, Callable[[], str]] = {
     "model": partial(table, "model", "model: our torch engine"),
     "host": partial(table, "host", "host: our work per frame"),
     "stream": partial(table, "stream", "stream: frames at"),
+    "stream-deserialise": partial(table, "stream", "stream: frames at", occurrence=1),
     "cameras": partial(table, "stream", "stream: 1 and 3 cameras"),
     "cameras-summary": partial(table, "stream", "stream: 1 and 3 cameras", occurrence=1),
     "chips": partial(table, "stream", "stream: 8 cameras at 15 Hz each on", STAND_IN),
