@@ -339,3 +339,44 @@ def test_an_engine_lost_while_a_deactivate_runs_is_still_released(context) -> No
         gate.set()
         sam3.shut_down()
         sam3.destroy_node()
+
+
+def test_an_error_path_that_cannot_start_says_so_and_a_deactivate_releases(context, monkeypatch) -> None:
+    """No thread can start for the lifecycle's error path (the process is out of threads): the
+    node says what to do, and the operator's deactivate takes the error path itself (ERROR, the
+    lost engine released, unconfigured)."""
+    import tt_sam3_ros.ros.engine_ownership as engine_ownership
+
+    class NoThread:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    errors: list[str] = []
+    lost = ScriptedSegmenter(fail_with=RuntimeError("device lost"))
+    sam3 = _node(context, [lost])
+    logger = sam3.get_logger()
+    original = type(logger).error
+
+    def record(self: object, text: str, **kwargs: object) -> Any:
+        errors.append(text)
+        return original(self, text, **kwargs)
+
+    monkeypatch.setattr(type(logger), "error", record)
+    try:
+        assert sam3.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert sam3.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        monkeypatch.setattr(engine_ownership.threading, "Thread", NoThread)
+        for _ in range(ENGINE_ERROR_LIMIT):
+            calls = lost.calls
+            sam3._on_image(next(iter(sam3._cameras.values())), _image())
+            assert _wait(lambda c=calls: lost.calls > c)
+        assert _wait(lambda: any("cannot take the error path (can't start new thread)" in e for e in errors))
+        monkeypatch.undo()
+        assert sam3.trigger_deactivate() == TransitionCallbackReturn.ERROR  # the engine is lost
+        assert sam3._state_machine.current_state[1] == "unconfigured" and lost.closed == 1
+    finally:
+        sam3.shut_down()
+        sam3.destroy_node()
